@@ -1,0 +1,30 @@
+"""thub: a small, fast, plugin-based CLI and Python API for LLM post-training.
+
+The package import is cheap: the Python API below is loaded on first use.
+
+    import thub
+    result = thub.sft(model_path="m", data_path="d.jsonl", ckpt_output_dir="out", backend="trl")
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from thub.hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "hookimpl", "train", "sft", "osft", "lora_sft", "grpo", "lora_grpo"]
+
+_API = {"train", "sft", "osft", "lora_sft", "grpo", "lora_grpo", "dry_run"}
+
+if TYPE_CHECKING:
+    from thub.api import dry_run, grpo, lora_grpo, lora_sft, osft, sft, train
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from thub import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'thub' has no attribute {name!r}")

@@ -1,0 +1,65 @@
+"""``thub config schema|init``: editor schema and a commented template, from the models."""
+
+from __future__ import annotations
+
+import click
+import yaml
+
+from thub.cli.output import emit_json
+from thub.config.fields import param_infos
+from thub.manager import get_registry
+
+
+@click.group()
+def config() -> None:
+    """Configuration helpers (JSON Schema, YAML template)."""
+
+
+@config.command()
+@click.argument("algorithm")
+def schema(algorithm: str) -> None:
+    """Print the JSON Schema of ALGORITHM's parameters (for editors' YAML support)."""
+    model = get_registry().algorithm(algorithm).load_parameters()
+    data = model.model_json_schema()
+    data["properties"]["backend"] = {"type": "string", "description": "Backend to run on."}
+    data["properties"]["algorithm"] = {"const": algorithm}
+    emit_json(data)
+
+
+def render_template(algorithm: str) -> str:
+    """A YAML template: every parameter, commented, grouped, with default and help."""
+    spec = get_registry().algorithm(algorithm)
+    infos = param_infos(spec.load_parameters())
+    lines = [f"# thub config for `thub train {algorithm} --config FILE` ({spec.summary})",
+             f"algorithm: {algorithm}", "# backend: trl", ""]
+    group = None
+    for info in infos.values():
+        if info.group != group:
+            group = info.group
+            lines.append(f"# --- {group} ---")
+        lines.append(f"# {info.help} ({info.type_label()})")
+        if info.required:
+            lines.append(f"{info.name}:   # required")
+        else:
+            dumped = yaml.safe_dump({info.name: info.default}, default_flow_style=True).strip().strip("{}")
+            lines.append(f"# {dumped}")
+    return "\n".join(lines) + "\n"
+
+
+@config.command()
+@click.argument("algorithm")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to a file instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init(algorithm: str, output: str | None, force: bool) -> None:
+    """Print (or write) a commented YAML template with every ALGORITHM parameter."""
+    text = render_template(algorithm)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from pathlib import Path
+
+    path = Path(output)
+    if path.exists() and not force:
+        raise click.UsageError(f"{path} exists; pass --force to overwrite")
+    path.write_text(text)
+    click.echo(f"wrote {path}", err=True)

@@ -1,0 +1,159 @@
+"""``thub train ALGO``: one subcommand per registered algorithm, options generated from its
+parameter model (never written by hand)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, table
+from thub.config.fields import ParamInfo, format_value, param_infos, parse_text
+from thub.manager import get_registry
+
+
+def _option_for(info: ParamInfo) -> click.Option:
+    """A click option for one parameter; its default is None so 'not given' is visible."""
+    default = "required" if info.required else f"default: {format_value(info.default)}"
+    help_text = f"{info.help} [{info.group}; {default}]"
+    if info.is_flag:
+        name = info.option.removeprefix("--")
+        return click.Option([f"--{name}/--no-{name}", info.name], default=None, help=help_text)
+    if info.is_list:
+        return click.Option([info.option, info.name], multiple=True, metavar="A[,B]",
+                            help=help_text + " Repeatable or comma-separated.")
+    kinds = set(info.base_types)
+    if info.choices:
+        click_type: click.ParamType = click.Choice(info.choices)
+    elif kinds == {int}:
+        click_type = click.INT
+    elif kinds == {float}:
+        click_type = click.FLOAT
+    else:
+        click_type = click.STRING
+    return click.Option([info.option, info.name], type=click_type, default=None,
+                        metavar=info.type_label().upper(), help=help_text)
+
+
+def _flag_values(infos: dict[str, ParamInfo], given: dict[str, Any]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, value in given.items():
+        info = infos[name]
+        if value is None or value == ():
+            continue
+        if info.is_list:
+            values[name] = [part.strip() for item in value for part in item.split(",") if part.strip()]
+        elif isinstance(value, str) and not info.choices and str not in info.base_types:
+            values[name] = parse_text(info, value)  # e.g. dicts, int|"auto"
+        else:
+            values[name] = value
+    return values
+
+
+def _make_command(algorithm: str) -> click.Command:
+    registry = get_registry()
+    spec = registry.algorithm(algorithm)
+    infos = param_infos(spec.load_parameters())
+
+    def callback(**kwargs: Any) -> None:
+        control = {k: kwargs.pop(k) for k in ("backend", "config", "overrides", "dry_run", "as_json",
+                                              "allow_ignored", "overwrite", "resume")}
+        from thub.config.resolve import resolve
+
+        resolved = resolve(
+            registry,
+            algorithm,
+            backend=control["backend"],
+            config_file=control["config"],
+            flags=_flag_values(infos, kwargs),
+            overrides=list(control["overrides"]),
+            allow_ignored=control["allow_ignored"],
+        )
+        for problem in resolved.ignored:
+            console().print(f"[yellow]warning:[/yellow] ignored by {resolved.backend.name}: {problem}")
+        if control["dry_run"]:
+            show_plan(resolved, control["as_json"])
+            return
+        from thub.runner import run_training
+
+        result = run_training(resolved, overwrite=control["overwrite"], resume=control["resume"],
+                              command_line=["thub", *sys.argv[1:]], quiet_json=control["as_json"])
+        if control["as_json"]:
+            emit_json(result)
+        sys.exit(0 if result["status"] == "succeeded" else 130 if result["status"] == "interrupted" else 1)
+
+    params: list[click.Parameter] = [
+        click.Option(["--backend", "-b"], help="Backend to run on (default: the best installed one that can run here)."),
+        click.Option(["--config", "-c"], type=click.Path(dir_okay=False), help="YAML file of parameters."),
+        click.Option(["--set", "overrides"], multiple=True, metavar="KEY=VALUE", help="Override any parameter (highest precedence)."),
+        click.Option(["--dry-run"], is_flag=True, help="Show every value with its source and the backend-native config; run nothing."),
+        click.Option(["--json", "as_json"], is_flag=True, help="Print the plan (dry run) or result.json on stdout."),
+        click.Option(["--allow-ignored"], is_flag=True, help="Warn instead of failing on parameters the backend does not honour."),
+        click.Option(["--overwrite"], is_flag=True, help="Reuse a run directory that holds a finished run."),
+        click.Option(["--resume"], is_flag=True, help="Continue the run in ckpt_output_dir from its latest checkpoint."),
+        *(_option_for(info) for info in infos.values()),
+    ]
+    return click.Command(
+        algorithm,
+        params=params,
+        callback=callback,
+        help=f"{spec.summary}\n\nEvery option can also come from --config, THUB_<NAME> or --set.",
+        short_help=spec.summary,
+        context_settings={"help_option_names": ["-h", "--help"], "show_default": False},
+    )
+
+
+def plan_data(resolved: Any) -> dict[str, Any]:
+    """The dry-run plan: every value with its source, and the backend-native translation."""
+    registry = get_registry()
+    values = resolved.values()
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "algorithm": resolved.algorithm.name,
+        "backend": resolved.backend.name,
+        "backend_reason": resolved.backend_reason,
+        "parameters": {k: {"value": v, "source": resolved.sources[k]} for k, v in values.items()},
+        "ignored": resolved.ignored,
+        "translation": registry.translate(resolved.algorithm.name, resolved.backend.name, values),
+    }
+
+
+def show_plan(resolved: Any, as_json: bool) -> None:
+    data = plan_data(resolved)
+    if as_json:
+        emit_json(data)
+        return
+    out = console()
+    out.print(f"[bold]{data['algorithm']}[/bold] on backend [bold]{data['backend']}[/bold] ({data['backend_reason']})")
+    rows = [[name, format_value(p["value"]), p["source"]] for name, p in data["parameters"].items()]
+    table(None, ["parameter", "value", "source"], rows)
+    out.print(f"\n[bold]Backend-native configuration ({data['backend']}):[/bold]")
+    if data["translation"] is None:
+        out.print("(this backend provides no translation)")
+    else:
+        import yaml
+
+        out.print(yaml.safe_dump(data["translation"], sort_keys=False, default_flow_style=False).rstrip(), markup=False)
+    out.print("\n[dim]Dry run: nothing was written.[/dim]")
+
+
+class AlgorithmGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(get_registry().algorithms)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in get_registry().algorithms:
+            return None
+        return _make_command(name)
+
+
+@click.group(cls=AlgorithmGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def train() -> None:
+    """Train: thub train ALGORITHM [--backend B] [--config F] [--PARAM VALUE ...].
+
+    \b
+    Examples:
+      thub train sft --backend trl --config examples/configs/sft.yaml
+      thub train lora_sft --model-path m --data-path d.jsonl --ckpt-output-dir out --dry-run
+    """

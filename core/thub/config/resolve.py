@@ -1,0 +1,213 @@
+"""Resolve a run's parameters from every layer, recording where each value came from.
+
+Precedence, lowest first: algorithm defaults < backend defaults < config file < ``THUB_*``
+environment < CLI flags < ``--set key=value`` (the Python API's keyword arguments rank as
+flags). Unknown keys, invalid values and parameters the backend does not honour are
+:class:`~thub.errors.UsageError`\\ s that name the file, line and field.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from thub.config.fields import ParamInfo, param_infos, parse_text
+from thub.errors import UsageError, did_you_mean
+from thub.manager import Registry
+from thub.specs import AlgorithmSpec, BackendSpec
+
+# Parameters thub itself consumes whatever the backend: where the model, data and run live.
+CORE_HANDLED = frozenset({"model_path", "data_path", "ckpt_output_dir", "data_format"})
+# Keys a config file may hold besides parameters.
+META_KEYS = frozenset({"algorithm", "backend"})
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """A YAML config: its values and the line of each top-level key."""
+
+    path: Path
+    values: dict[str, Any]
+    lines: dict[str, int]
+
+    def where(self, key: str) -> str:
+        return f"{self.path}:{self.lines.get(key, 1)}"
+
+
+def read_config_file(path: str | Path) -> ConfigFile:
+    """Parse a YAML mapping of parameters; errors carry file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read config file: {exc.strerror}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        values = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise UsageError(f"{path}{line}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    if values is None:
+        return ConfigFile(path, {}, {})
+    if not isinstance(values, dict) or not isinstance(node, yaml.MappingNode):
+        raise UsageError(f"{path}:1: expected a mapping of parameter: value, found {type(values).__name__}")
+    lines = {key.value: key.start_mark.line + 1 for key, _ in node.value if isinstance(key, yaml.ScalarNode)}
+    return ConfigFile(path, values, lines)
+
+
+@dataclass
+class ResolvedConfig:
+    """A validated parameter set with the source of every value."""
+
+    algorithm: AlgorithmSpec
+    backend: BackendSpec
+    params: BaseModel
+    sources: dict[str, str]
+    backend_reason: str = ""
+    ignored: list[str] = field(default_factory=list)
+
+    def values(self) -> dict[str, Any]:
+        return self.params.model_dump(mode="json")
+
+    def user_set(self) -> set[str]:
+        """Parameters set by the user (not defaults)."""
+        return {k for k, s in self.sources.items() if s not in ("default",) and not s.startswith("backend")}
+
+
+def _layer_from_mapping(
+    values: Mapping[str, Any], infos: dict[str, ParamInfo], where: Any, *, texts: bool
+) -> dict[str, tuple[Any, str]]:
+    layer = {}
+    for key, value in values.items():
+        if key in META_KEYS:
+            continue
+        if key not in infos:
+            raise UsageError(f"{where(key)}: unknown parameter {key!r}{did_you_mean(key, infos)}")
+        layer[key] = (parse_text(infos[key], value) if texts and isinstance(value, str) else value, where(key))
+    return layer
+
+
+def env_layer(infos: dict[str, ParamInfo], environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    """``THUB_<PARAM>`` variables (other ``THUB_*`` names are thub's own settings)."""
+    layer = {}
+    for info in infos.values():
+        if info.env_var in environ:
+            layer[info.name] = (parse_text(info, environ[info.env_var]), f"env {info.env_var}")
+    return layer
+
+
+def parse_overrides(pairs: list[str], infos: dict[str, ParamInfo]) -> dict[str, tuple[Any, str]]:
+    """``--set key=value`` pairs."""
+    layer = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            raise UsageError(f"--set {pair!r}: expected key=value")
+        if key not in infos:
+            raise UsageError(f"--set {pair!r}: unknown parameter {key!r}{did_you_mean(key, infos)}")
+        layer[key] = (parse_text(infos[key], text), f"--set {key}")
+    return layer
+
+
+def _format_validation_error(exc: ValidationError, sources: dict[str, str]) -> str:
+    lines = []
+    for error in exc.errors():
+        name = ".".join(str(p) for p in error["loc"]) or "parameters"
+        top = str(error["loc"][0]) if error["loc"] else ""
+        where = sources.get(top)
+        origin = f" (from {where})" if where and where != "default" else ""
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "missing":
+            message = f"required; set it in the config file, with --{top.replace('_', '-')} or THUB_{top.upper()}"
+            lines.append(f"{name}: {message}")
+            continue
+        got = error.get("input")
+        shown = "" if isinstance(got, dict) else f", got {got!r}"
+        lines.append(f"{name}{origin}: {message}{shown}")
+    return "invalid parameters:\n  " + "\n  ".join(lines)
+
+
+def resolve(
+    registry: Registry,
+    algorithm: str,
+    *,
+    backend: str | None = None,
+    config_file: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    overrides: list[str] | None = None,
+    flag_label: str = "flag",
+    allow_ignored: bool = False,
+) -> ResolvedConfig:
+    """Merge all layers, validate with the algorithm's model and check the backend honours them."""
+    from thub.selection import choose_backend
+
+    spec = registry.algorithm(algorithm)
+    model: type[BaseModel] = spec.load_parameters()
+    infos = param_infos(model)
+    environ = os.environ if environ is None else environ
+
+    config = read_config_file(config_file) if config_file else None
+    if config and backend is None and config.values.get("backend"):
+        backend = str(config.values["backend"])
+    if config and config.values.get("algorithm") not in (None, algorithm):
+        raise UsageError(
+            f"{config.where('algorithm')}: config is for algorithm {config.values['algorithm']!r}, not {algorithm!r}"
+        )
+    chosen, reason = choose_backend(registry, algorithm, backend)
+
+    layers: list[dict[str, tuple[Any, str]]] = [
+        {k: (v, f"backend {chosen.name}") for k, v in chosen.defaults_for(algorithm).items() if k in infos},
+        _layer_from_mapping(config.values, infos, config.where, texts=False) if config else {},
+        env_layer(infos, environ),
+        _layer_from_mapping(
+            {k: v for k, v in (flags or {}).items() if v is not None},
+            infos,
+            lambda k: f"{flag_label} {'--' + k.replace('_', '-') if flag_label == 'flag' else k}",
+            texts=False,
+        ),
+        parse_overrides(list(overrides or []), infos),
+    ]
+    raw: dict[str, Any] = {}
+    sources = {name: "default" for name in infos}
+    for layer in layers:
+        for key, (value, source) in layer.items():
+            raw[key] = value
+            sources[key] = source
+    try:
+        params = model(**raw)
+    except ValidationError as exc:
+        raise UsageError(_format_validation_error(exc, sources)) from None
+
+    resolved = ResolvedConfig(spec, chosen, params, sources, reason)
+    _check_honoured(registry, resolved, allow_ignored)
+    return resolved
+
+
+def _check_honoured(registry: Registry, resolved: ResolvedConfig, allow_ignored: bool) -> None:
+    """A parameter the user set that the backend does not honour is an error, never a drop."""
+    algorithm, backend = resolved.algorithm.name, resolved.backend
+    honoured = backend.honours(algorithm) | CORE_HANDLED
+    problems = []
+    for name in sorted(resolved.user_set() - honoured):
+        others = [b.name for b in registry.backends_for(algorithm) if name in b.honours(algorithm)]
+        hint = f"backends that do: {', '.join(others)}" if others else "no installed backend honours it"
+        problems.append(f"{name} (from {resolved.sources[name]}): {hint}")
+    if not problems:
+        return
+    if allow_ignored:
+        resolved.ignored = problems
+        return
+    raise UsageError(
+        f"backend {backend.name!r} does not honour these {algorithm} parameters:\n  "
+        + "\n  ".join(problems)
+        + "\nremove them, choose another --backend, or pass --allow-ignored to run without them"
+    )

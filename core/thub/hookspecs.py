@@ -1,0 +1,61 @@
+"""The thub plugin API: every hook a plugin may implement.
+
+Hooks follow the register-callback style of llm and datasette: the core passes a ``register``
+function and the plugin calls it once per thing it provides. Registering must import nothing
+heavy (no torch, transformers, trl, ...); heavy code is named by import string and loaded only
+where training runs. Every hook is documented in ``docs/hooks.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+    from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, RewardSpec, RunEvent
+
+hookspec = pluggy.HookspecMarker("thub")
+hookimpl = pluggy.HookimplMarker("thub")
+
+
+@hookspec
+def thub_register_algorithms(register: Callable[[AlgorithmSpec], None]) -> None:
+    """Register training algorithms (``AlgorithmSpec``: name, summary, parameter model)."""
+
+
+@hookspec
+def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
+    """Register backends (``BackendSpec``: algorithms it runs, parameters it honours, runner)."""
+
+
+@hookspec(firstresult=True)
+def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> Any | None:
+    """Return the backend-native configuration for validated ``params``, or None if not yours.
+
+    The first non-None result wins. A plugin may wrap another's translation with
+    ``@hookimpl(wrapper=True)`` and ``result = yield``.
+    """
+
+
+@hookspec
+def thub_register_rewards(register: Callable[[RewardSpec], None]) -> None:
+    """Register GRPO reward functions by name (``RewardSpec``: name, import string)."""
+
+
+@hookspec
+def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
+    """Register ``thub doctor`` checks (``CheckSpec``: id, title, tags, applies(), run())."""
+
+
+@hookspec
+def thub_register_commands(cli: click.Group) -> None:
+    """Add commands to the ``thub`` click group."""
+
+
+@hookspec
+def thub_on_event(event: RunEvent) -> None:
+    """Observe a run's lifecycle in the parent process: started, metrics, checkpoint, end."""

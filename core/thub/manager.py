@@ -1,0 +1,278 @@
+"""Plugin loading and the registry of what plugins provide.
+
+Built-in plugins are registered first, then entry points of group ``thub``. Every load is
+isolated: a plugin that fails to import, implements an unknown ``thub_*`` hook, or raises while
+registering is recorded as a :class:`PluginFailure` and the others keep working.
+
+Environment switches (as llm's ``LLM_LOAD_PLUGINS``):
+
+* ``THUB_PLUGINS``: comma-separated allow-list of entry-point or distribution names; set but
+  empty means "no external plugins".
+* ``THUB_DISABLE_PLUGINS``: comma-separated names (entry point, distribution or built-in
+  module) never to load.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from thub import hookspecs
+from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, Provenance, RewardSpec, RunEvent
+
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "thub_builtins.algorithms",
+    "thub_builtins.rewards",
+    "thub_builtins.checks",
+)
+
+# spec kind -> (hook name, spec type)
+_REGISTRATION_HOOKS: dict[str, tuple[str, type]] = {
+    "algorithms": ("thub_register_algorithms", AlgorithmSpec),
+    "backends": ("thub_register_backends", BackendSpec),
+    "rewards": ("thub_register_rewards", RewardSpec),
+    "checks": ("thub_register_checks", CheckSpec),
+}
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """A plugin that could not be loaded or registered something invalid."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    stage: str
+    error: str
+
+
+@dataclass
+class PluginInfo:
+    """A loaded plugin, for ``thub plugins``."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    builtin: bool
+    hooks: list[str] = field(default_factory=list)
+    registered: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Registry:
+    """Everything registered by the loaded plugins, keyed by name, with failures recorded."""
+
+    pm: pluggy.PluginManager
+    plugins: dict[str, PluginInfo] = field(default_factory=dict)
+    algorithms: dict[str, AlgorithmSpec] = field(default_factory=dict)
+    backends: dict[str, BackendSpec] = field(default_factory=dict)
+    rewards: dict[str, RewardSpec] = field(default_factory=dict)
+    checks: dict[str, CheckSpec] = field(default_factory=dict)
+    failures: list[PluginFailure] = field(default_factory=list)
+
+    def algorithm(self, name: str) -> AlgorithmSpec:
+        from thub.errors import UsageError, did_you_mean
+
+        try:
+            return self.algorithms[name]
+        except KeyError:
+            raise UsageError(
+                f"unknown algorithm {name!r}{did_you_mean(name, self.algorithms)}; "
+                f"available: {', '.join(sorted(self.algorithms))}"
+            ) from None
+
+    def backend(self, name: str) -> BackendSpec:
+        from thub.errors import UsageError, did_you_mean
+
+        try:
+            return self.backends[name]
+        except KeyError:
+            known = ", ".join(sorted(self.backends)) or "none installed"
+            raise UsageError(
+                f"unknown backend {name!r}{did_you_mean(name, self.backends)}; installed: {known}"
+            ) from None
+
+    def backends_for(self, algorithm: str) -> list[BackendSpec]:
+        """Backends that run ``algorithm``, best first (priority, then name)."""
+        found = [b for b in self.backends.values() if algorithm in b.algorithms]
+        return sorted(found, key=lambda b: (-b.priority, b.name))
+
+    def fire(self, event: RunEvent) -> None:
+        """Call ``thub_on_event`` on every plugin; an observer's crash never stops a run."""
+        for impl in self.pm.hook.thub_on_event.get_hookimpls():
+            try:
+                impl.function(event=event)
+            except Exception as exc:  # noqa: BLE001 - observers must not break training
+                print(f"thub: event hook of {impl.plugin_name} failed: {exc}", file=sys.stderr)
+
+    def translate(self, algorithm: str, backend: str, params: dict[str, Any]) -> Any:
+        return self.pm.hook.thub_translate_params(
+            algorithm=algorithm, backend=backend, params=params
+        )
+
+
+def _names(variable: str) -> set[str] | None:
+    value = os.environ.get(variable)
+    if value is None:
+        return None
+    return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _external_entry_points() -> Iterable[metadata.EntryPoint]:
+    allowed = _names("THUB_PLUGINS")
+    disabled = _names("THUB_DISABLE_PLUGINS") or set()
+    for ep in metadata.entry_points(group="thub"):
+        dist = ep.dist.name if ep.dist else None
+        names = {ep.name, dist} - {None}
+        if names & disabled:
+            continue
+        if allowed is not None and not names & allowed:
+            continue
+        yield ep
+
+
+class _Loader:
+    """Builds a :class:`Registry`, isolating each plugin's load and registration."""
+
+    def __init__(self, extra_plugins: Iterable[tuple[str, object]] = ()) -> None:
+        self.pm = pluggy.PluginManager("thub")
+        self.pm.add_hookspecs(hookspecs)
+        self.registry = Registry(pm=self.pm)
+        self.extra_plugins = list(extra_plugins)
+
+    def load(self, load_entry_points: bool = True) -> Registry:
+        disabled = _names("THUB_DISABLE_PLUGINS") or set()
+        for module_name in BUILTIN_PLUGINS:
+            if module_name in disabled:
+                continue
+            self._add(module_name, lambda m=module_name: importlib.import_module(m), None, True)
+        if load_entry_points:
+            for ep in _external_entry_points():
+                dist = ep.dist.name if ep.dist else None
+                version = ep.dist.version if ep.dist else None
+                self._add(ep.name, ep.load, (dist, version), False)
+        for name, plugin in self.extra_plugins:
+            self._add(name, lambda p=plugin: p, None, False)
+        self.pm.check_pending()  # every remaining plugin was validated in _add
+        self._collect()
+        return self.registry
+
+    def _fail(self, name: str, dist: tuple[str | None, str | None] | None, stage: str, exc: BaseException) -> None:
+        distribution, version = dist or (None, None)
+        self.registry.failures.append(
+            PluginFailure(name, distribution, version, stage, f"{type(exc).__name__}: {exc}")
+        )
+
+    def _add(
+        self,
+        name: str,
+        load: Callable[[], object],
+        dist: tuple[str | None, str | None] | None,
+        builtin: bool,
+    ) -> None:
+        if self.pm.has_plugin(name):
+            return
+        try:
+            plugin = load()
+        except BaseException as exc:  # noqa: BLE001 - SystemExit in a plugin must not kill thub
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self._fail(name, dist, "import", exc)
+            return
+        try:
+            self.pm.register(plugin, name=name)
+            unknown = [
+                caller.name
+                for caller in self.pm.get_hookcallers(plugin) or []
+                if not caller.has_spec()
+            ]
+            if unknown:
+                self.pm.unregister(plugin)
+                raise pluggy.PluginValidationError(
+                    plugin, f"unknown hook(s) {', '.join(unknown)}: not part of the thub plugin API"
+                )
+        except Exception as exc:  # noqa: BLE001
+            self._fail(name, dist, "validate", exc)
+            return
+        if builtin:
+            distribution, version = "thub", _thub_version()
+        else:
+            distribution, version = dist or (None, None)
+        self.registry.plugins[name] = PluginInfo(
+            name=name,
+            distribution=distribution,
+            version=version,
+            builtin=builtin,
+            hooks=sorted(c.name for c in self.pm.get_hookcallers(plugin) or []),
+        )
+
+    def _collect(self) -> None:
+        for kind, (hook_name, spec_type) in _REGISTRATION_HOOKS.items():
+            target: dict[str, Any] = getattr(self.registry, kind)
+            # registration order: built-ins first, so a later duplicate is the one reported
+            for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+                self._collect_one(impl, kind, spec_type, target)
+
+    def _collect_one(self, impl: pluggy.HookImpl, kind: str, spec_type: type, target: dict[str, Any]) -> None:
+        info = self.registry.plugins[impl.plugin_name]
+        provenance = Provenance(info.name, info.distribution, info.version)
+        found: list[Any] = []
+
+        def register(spec: Any) -> None:
+            if not isinstance(spec, spec_type):
+                raise TypeError(f"{kind}: expected {spec_type.__name__}, got {type(spec).__name__}")
+            found.append(spec.with_provenance(provenance))
+
+        try:
+            impl.function(register=register)
+        except Exception as exc:  # noqa: BLE001 - one bad registration must not hide the rest
+            self._fail(info.name, (info.distribution, info.version), f"register {kind}", exc)
+            return
+        for spec in found:
+            key = spec.id if kind == "checks" else spec.name
+            if key in target:
+                other = target[key].provenance.describe()
+                self._fail(
+                    info.name,
+                    (info.distribution, info.version),
+                    f"register {kind}",
+                    ValueError(f"{key!r} is already registered by {other}"),
+                )
+                continue
+            target[key] = spec
+            info.registered.setdefault(kind, []).append(key)
+
+
+def _thub_version() -> str:
+    from thub import __version__
+
+    return __version__
+
+
+_registry: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, loaded on first use."""
+    global _registry
+    if _registry is None:
+        _registry = _Loader().load()
+    return _registry
+
+
+def load_registry(extra_plugins: Iterable[tuple[str, object]] = (), entry_points: bool = True) -> Registry:
+    """Build a fresh registry (tests, or a caller adding in-process plugins)."""
+    return _Loader(extra_plugins).load(load_entry_points=entry_points)
+
+
+def set_registry(registry: Registry | None) -> None:
+    """Replace the process-wide registry (``None`` reloads on next use)."""
+    global _registry
+    _registry = registry

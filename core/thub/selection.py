@@ -1,0 +1,81 @@
+"""Which backend runs an algorithm here: requirements read from metadata, never by importing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from functools import cache
+from importlib import metadata
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from thub.errors import UsageError
+from thub.manager import Registry
+from thub.specs import BackendSpec
+
+
+def requirement_problem(specifier: str) -> str | None:
+    """None if ``specifier`` is satisfied by an installed distribution, else what is wrong."""
+    try:
+        requirement = Requirement(specifier)
+    except InvalidRequirement as exc:
+        return f"invalid requirement {specifier!r}: {exc}"
+    if requirement.marker is not None and not requirement.marker.evaluate():
+        return None
+    try:
+        installed = metadata.version(requirement.name)
+    except metadata.PackageNotFoundError:
+        return f"{requirement.name} is not installed (needs {specifier})"
+    if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
+        return f"{requirement.name} {installed} is installed, needs {specifier}"
+    return None
+
+
+def missing_requirements(backend: BackendSpec) -> list[str]:
+    """Unsatisfied requirements of ``backend`` (empty when it can be imported)."""
+    return [problem for spec in backend.requirements if (problem := requirement_problem(spec))]
+
+
+@cache
+def cuda_visible() -> bool:
+    """Whether an NVIDIA driver is present, decided without importing torch."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
+
+
+def backend_status(backend: BackendSpec) -> tuple[bool, str]:
+    """(can run here, why not) for one backend."""
+    missing = missing_requirements(backend)
+    if missing:
+        return False, "; ".join(missing)
+    if backend.needs_cuda and not cuda_visible():
+        return False, "needs an NVIDIA GPU and none is visible"
+    return True, "ready"
+
+
+def choose_backend(registry: Registry, algorithm: str, requested: str | None) -> tuple[BackendSpec, str]:
+    """The requested backend (validated) or the best one that can run here, and why."""
+    candidates = registry.backends_for(algorithm)
+    if requested:
+        backend = registry.backend(requested)
+        if algorithm not in backend.algorithms:
+            runs = ", ".join(b.name for b in candidates) or "none installed"
+            raise UsageError(
+                f"backend {backend.name!r} does not run {algorithm!r} "
+                f"(it runs {', '.join(sorted(backend.algorithms))}); backends for {algorithm}: {runs}"
+            )
+        return backend, "chosen with --backend"
+    if not candidates:
+        raise UsageError(
+            f"no installed backend runs {algorithm!r}; install one, e.g. `thub install trl` "
+            "(see `thub backends`)"
+        )
+    notes = []
+    for backend in candidates:
+        ok, why = backend_status(backend)
+        if ok:
+            skipped = f"; skipped {', '.join(notes)}" if notes else ""
+            return backend, f"highest-priority backend for {algorithm} that can run here{skipped}"
+        notes.append(f"{backend.name} ({why})")
+    raise UsageError(f"no backend for {algorithm!r} can run here: {'; '.join(notes)}")

@@ -1,0 +1,181 @@
+"""The things plugins register: algorithms, backends, rewards and doctor checks.
+
+Specs are plain frozen dataclasses so that registering them costs nothing at start-up:
+pydantic parameter models and backend runners are named by *import string* and loaded only
+by the command that needs them. The plugin manager stamps each spec with the plugin,
+distribution and version that registered it (its provenance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+def load_object(import_string: str) -> Any:
+    """Import ``"package.module:attribute"`` (or ``"package.module"``) and return the object."""
+    module_name, _, attribute = import_string.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in filter(None, attribute.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Which plugin registered a spec, from which distribution and version."""
+
+    plugin: str = "?"
+    distribution: str | None = None
+    version: str | None = None
+
+    def describe(self) -> str:
+        if self.distribution:
+            return f"{self.plugin} ({self.distribution} {self.version})"
+        return self.plugin
+
+
+class _Registered:
+    """Mixin: the manager fills ``provenance`` through :meth:`with_provenance`."""
+
+    provenance: Provenance
+
+    def with_provenance(self, provenance: Provenance):  # type: ignore[no-untyped-def]
+        return dataclasses.replace(self, provenance=provenance)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec(_Registered):
+    """A training algorithm such as ``sft`` or ``grpo``.
+
+    ``parameters`` is the import string of the pydantic model holding every user-facing
+    parameter; it is imported only when a command needs it.
+    """
+
+    name: str
+    summary: str
+    parameters: str
+    data_formats: tuple[str, ...] = ()
+    provenance: Provenance = Provenance()
+
+    def load_parameters(self) -> type:
+        return load_object(self.parameters)
+
+
+@dataclass(frozen=True)
+class BackendSpec(_Registered):
+    """A training library that runs one or more algorithms.
+
+    Attributes:
+        name: backend name used with ``--backend``.
+        algorithms: algorithm name -> the parameter names this backend honours for it.
+            A parameter the user sets that is not listed here is an error, never a silent drop.
+        runner: import string of ``run(context) -> None``, imported only in the training child.
+        requirements: distribution specifiers (PEP 508) the runner needs, checked from metadata.
+        needs_cuda: True when the backend cannot train without an NVIDIA GPU.
+        priority: higher wins when no ``--backend`` is given and several can run here.
+        defaults: algorithm name -> backend-specific parameter defaults.
+        launcher: ``"python"`` (one child process) or ``"torchrun"`` (the runner is started by
+            torchrun when ``nproc_per_node``/``nnodes`` ask for more than one process).
+        python: interpreter for the child process; ``None`` means the one running thub.
+    """
+
+    name: str
+    summary: str
+    algorithms: Mapping[str, frozenset[str]]
+    runner: str
+    requirements: tuple[str, ...] = ()
+    needs_cuda: bool = False
+    priority: int = 0
+    defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    launcher: Literal["python", "torchrun"] = "python"
+    python: str | None = None
+    docs: str | None = None
+    provenance: Provenance = Provenance()
+
+    def honours(self, algorithm: str) -> frozenset[str]:
+        return frozenset(self.algorithms.get(algorithm, frozenset()))
+
+    def defaults_for(self, algorithm: str) -> dict[str, Any]:
+        return dict(self.defaults.get(algorithm, {}))
+
+
+@dataclass(frozen=True)
+class RewardSpec(_Registered):
+    """A GRPO reward function, named by import string.
+
+    The function follows TRL's signature: ``f(prompts, completions, **columns) -> list[float]``
+    where ``columns`` include ``ground_truth``.
+    """
+
+    name: str
+    target: str
+    summary: str = ""
+    provenance: Provenance = Provenance()
+
+    def load(self) -> Callable[..., list[float]]:
+        return load_object(self.target)
+
+
+CheckStatus = Literal["ok", "warn", "fail", "skip", "error"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What one doctor check found. ``fix`` is a copy-pasteable command or instruction."""
+
+    status: CheckStatus
+    summary: str
+    details: tuple[str, ...] = ()
+    fix: str | None = None
+    docs: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a check may look at: the backend and output directory a run would use."""
+
+    backend: str | None = None
+    output_dir: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckSpec(_Registered):
+    """A ``thub doctor`` check: data, not code paths.
+
+    ``run`` receives a :class:`CheckContext` and returns a :class:`CheckResult`; ``applies``
+    (optional) returns False when the check means nothing here (it is then reported as skip).
+    A check that raises becomes an ``error`` result; it never aborts the doctor run.
+    """
+
+    id: str
+    title: str
+    run: Callable[[CheckContext], CheckResult]
+    tags: frozenset[str] = frozenset()
+    applies: Callable[[CheckContext], bool] | None = None
+    backends: frozenset[str] = frozenset()
+    timeout: float = 10.0
+    docs: str | None = None
+    provenance: Provenance = Provenance()
+
+
+EventKind = Literal["started", "metrics", "checkpoint", "finished", "failed", "interrupted"]
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """A lifecycle event of a training run, fired in the parent process.
+
+    ``data`` holds the metrics line for ``metrics``, ``{"path", "step"}`` for ``checkpoint``,
+    and the ``result.json`` content for ``finished``/``failed``/``interrupted``.
+    """
+
+    kind: EventKind
+    run_dir: str
+    algorithm: str
+    backend: str
+    data: Mapping[str, Any] = field(default_factory=dict)

@@ -1,0 +1,26 @@
+"""Built-in algorithm specs. Parameter models are named by import string (loaded lazily)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from thub import hookimpl
+from thub.specs import AlgorithmSpec
+
+_PARAMS = "thub_builtins.params"
+_CHAT = ("messages", "sharegpt", "alpaca", "document", "processed")
+_PROMPTS = ("grpo", "messages")
+
+ALGORITHMS = (
+    AlgorithmSpec("sft", "Full supervised fine-tuning; continued pretraining with is_pretraining.", f"{_PARAMS}:SFTParams", _CHAT),
+    AlgorithmSpec("osft", "Orthogonal-subspace fine-tuning (continual learning without forgetting).", f"{_PARAMS}:OSFTParams", _CHAT),
+    AlgorithmSpec("lora_sft", "Supervised fine-tuning of LoRA/QLoRA adapters.", f"{_PARAMS}:LoRASFTParams", _CHAT),
+    AlgorithmSpec("grpo", "Full-parameter GRPO with verifiable rewards.", f"{_PARAMS}:GRPOParams", _PROMPTS),
+    AlgorithmSpec("lora_grpo", "GRPO training LoRA adapters.", f"{_PARAMS}:LoRAGRPOParams", _PROMPTS),
+)
+
+
+@hookimpl
+def thub_register_algorithms(register: Callable[[AlgorithmSpec], None]) -> None:
+    for spec in ALGORITHMS:
+        register(spec)

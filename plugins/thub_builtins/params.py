@@ -1,0 +1,167 @@
+"""Parameter models of the built-in algorithms: each parameter is defined once, here.
+
+Names, types and meanings follow Training Hub so users can move over. The CLI options, the
+YAML schema (``thub config schema``), ``thub config init``, the Python API and the docs are
+generated from these fields. Defaults that differ by training library live in the backend
+specs; a field left ``None`` here means "the backend's default".
+
+This module imports pydantic models and is loaded only by commands that need parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def _field(default: Any = None, *, group: str, help: str, **kw: Any) -> Any:
+    """A parameter: default, group (for --help and docs) and one line of help."""
+    return Field(default, description=help, json_schema_extra={"group": group}, **kw)
+
+
+REQUIRED = ...
+DataFormat = Literal["auto", "messages", "sharegpt", "alpaca", "document", "grpo", "processed"]
+
+
+class BaseParams(BaseModel):
+    """Parameters shared by every algorithm."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # core
+    model_path: str = _field(REQUIRED, group="core", help="Local path or hub id of the base model.")
+    data_path: str = _field(REQUIRED, group="core", help="Training data file or directory (JSONL, JSON, Parquet, saved HF dataset).")
+    ckpt_output_dir: str = _field(REQUIRED, group="core", help="Run directory: checkpoints, metrics, logs, result.json.")
+    data_format: DataFormat = _field("auto", group="core", help="Data format; 'auto' detects it from the first row.")
+    num_epochs: int | None = _field(group="core", help="Passes over the data.", ge=1)
+    max_steps: int | None = _field(group="core", help="Stop after this many optimizer steps (overrides num_epochs where the backend supports it).", ge=1)
+    effective_batch_size: int | None = _field(group="core", help="Samples per optimizer step across all processes (per-device batch x accumulation x world size).", ge=1)
+    learning_rate: float | None = _field(group="core", help="Peak learning rate.", gt=0)
+    max_seq_len: int | None = _field(group="core", help="Maximum tokens per sample.", ge=1)
+    max_tokens_per_gpu: int | None = _field(group="core", help="Token budget per GPU per micro-batch (dynamic batching).", ge=1)
+    seed: int = _field(42, group="core", help="Random seed for data order and initialisation.")
+    data_output_dir: str | None = _field(group="core", help="Where prepared data goes (default: inside the run directory).")
+    save_steps: int | None = _field(group="core", help="Save a checkpoint every N steps.", ge=1)
+    checkpoint_at_epoch: bool | None = _field(group="core", help="Save a checkpoint at the end of every epoch.")
+    save_final_checkpoint: bool = _field(True, group="core", help="Save the model when training ends.")
+    trust_remote_code: bool = _field(False, group="core", help="Allow model code from the model repository.")
+
+    # optimizer
+    lr_scheduler: str | None = _field(group="optimizer", help="Learning-rate schedule (linear, cosine, constant, ...).")
+    lr_scheduler_kwargs: dict[str, Any] | None = _field(group="optimizer", help="Extra scheduler arguments (JSON object).")
+    warmup_steps: int | None = _field(group="optimizer", help="Linear warm-up steps.", ge=0)
+    beta1: float | None = _field(group="optimizer", help="AdamW beta1.", gt=0, lt=1)
+    beta2: float | None = _field(group="optimizer", help="AdamW beta2.", gt=0, lt=1)
+    eps: float | None = _field(group="optimizer", help="AdamW epsilon.", gt=0)
+    weight_decay: float | None = _field(group="optimizer", help="AdamW weight decay.", ge=0)
+    max_grad_norm: float | None = _field(group="optimizer", help="Gradient clipping norm.", gt=0)
+
+    # torchrun / distributed
+    nproc_per_node: int | Literal["auto", "gpu"] | None = _field(group="distributed", help="Processes per node (int, 'auto' or 'gpu').")
+    nnodes: int | None = _field(group="distributed", help="Number of nodes.", ge=1)
+    node_rank: int | None = _field(group="distributed", help="Rank of this node.", ge=0)
+    rdzv_id: str | None = _field(group="distributed", help="Rendezvous id.")
+    rdzv_endpoint: str | None = _field(group="distributed", help="Rendezvous endpoint host:port.")
+    master_addr: str | None = _field(group="distributed", help="Master address (static rendezvous).")
+    master_port: int | None = _field(group="distributed", help="Master port.", ge=1, le=65535)
+
+    # logging
+    logging_steps: int = _field(1, group="logging", help="Write a metrics line every N steps.", ge=1)
+    wandb_project: str | None = _field(group="logging", help="Weights & Biases project.")
+    wandb_entity: str | None = _field(group="logging", help="Weights & Biases entity.")
+    wandb_run_name: str | None = _field(group="logging", help="Weights & Biases run name.")
+    tensorboard_log_dir: str | None = _field(group="logging", help="TensorBoard log directory.")
+    mlflow_tracking_uri: str | None = _field(group="logging", help="MLflow tracking URI.")
+    mlflow_experiment_name: str | None = _field(group="logging", help="MLflow experiment.")
+    mlflow_run_name: str | None = _field(group="logging", help="MLflow run name.")
+
+
+class _SupervisedParams(BaseParams):
+    """Supervised fine-tuning on chat data, or continued pretraining on documents."""
+
+    unmask_messages: bool = _field(False, group="core", help="Train on every token, not only assistant turns.")
+    packing: bool | None = _field(group="core", help="Pack several samples into one sequence.")
+    gradient_checkpointing: bool | None = _field(group="core", help="Trade compute for memory by recomputing activations.")
+    use_liger: bool | None = _field(group="core", help="Use Liger kernels.")
+    validation_split: float | None = _field(group="core", help="Fraction of data held out for validation.", ge=0, lt=1)
+    validation_frequency: int | None = _field(group="core", help="Validate every N steps (needed when validation_split > 0).", ge=1)
+
+    # continued pretraining
+    is_pretraining: bool = _field(False, group="pretraining", help="Continued pretraining on documents instead of chat.")
+    block_size: int | None = _field(group="pretraining", help="Tokens per pretraining block (required with is_pretraining).", ge=1)
+    document_column_name: str = _field("document", group="pretraining", help="Column holding the document text.")
+
+    @model_validator(mode="after")
+    def _pretraining_consistent(self) -> _SupervisedParams:
+        if self.is_pretraining and self.block_size is None:
+            raise ValueError("block_size is required when is_pretraining is true")
+        if not self.is_pretraining and "block_size" in self.model_fields_set:
+            raise ValueError("block_size only applies with is_pretraining: true")
+        if self.is_pretraining and self.unmask_messages:
+            raise ValueError("is_pretraining and unmask_messages cannot be combined (documents have no roles)")
+        if self.validation_split and not self.validation_frequency:
+            raise ValueError("validation_frequency is required when validation_split > 0")
+        return self
+
+
+class SFTParams(_SupervisedParams):
+    """Full fine-tuning (SFT), with continued pretraining through is_pretraining."""
+
+    save_samples: int | None = _field(group="core", help="Save a checkpoint every N samples (0 disables).", ge=0)
+    accelerate_full_state_at_epoch: bool | None = _field(group="core", help="Save full optimizer state at each epoch (for resuming).")
+
+
+class OSFTParams(SFTParams):
+    """Orthogonal-subspace fine-tuning: learn new tasks while preserving old ones."""
+
+    unfreeze_rank_ratio: float = _field(REQUIRED, group="osft", help="Fraction of each matrix's singular subspace to train, in (0, 1].", gt=0, le=1)
+    target_patterns: list[str] | None = _field(group="osft", help="Module-name patterns to apply OSFT to (default: per-model map).")
+
+
+class LoRAMixin(BaseModel):
+    """LoRA / QLoRA adapter parameters."""
+
+    lora_r: int = _field(16, group="lora", help="LoRA rank.", ge=1)
+    lora_alpha: int = _field(32, group="lora", help="LoRA scaling alpha.", ge=1)
+    lora_dropout: float = _field(0.0, group="lora", help="Dropout on LoRA layers.", ge=0, lt=1)
+    target_modules: list[str] | None = _field(group="lora", help="Modules to adapt (default: the backend's choice, usually all linear layers).")
+    use_rslora: bool = _field(False, group="lora", help="Rank-stabilised LoRA scaling.")
+    use_dora: bool = _field(False, group="lora", help="Weight-decomposed LoRA (DoRA).")
+    load_in_4bit: bool = _field(False, group="lora", help="QLoRA: load the base model in 4 bits.")
+    load_in_8bit: bool = _field(False, group="lora", help="Load the base model in 8 bits.")
+    bnb_4bit_quant_type: Literal["nf4", "fp4"] | None = _field(group="lora", help="4-bit quantisation type.")
+    bnb_4bit_compute_dtype: str | None = _field(group="lora", help="Compute dtype for 4-bit layers.")
+    bnb_4bit_use_double_quant: bool | None = _field(group="lora", help="Nested quantisation for 4-bit.")
+
+    @model_validator(mode="after")
+    def _one_quantisation(self) -> LoRAMixin:
+        if self.load_in_4bit and self.load_in_8bit:
+            raise ValueError("load_in_4bit and load_in_8bit cannot both be true")
+        return self
+
+
+class LoRASFTParams(LoRAMixin, _SupervisedParams):
+    """Supervised fine-tuning of LoRA/QLoRA adapters."""
+
+
+class GRPOParams(BaseParams):
+    """Group Relative Policy Optimisation with verifiable rewards."""
+
+    data_path: str = _field(REQUIRED, group="core", help="Prompts with ground truth: rows {question|prompt|messages, ground_truth|answer}.")
+    reward: list[str] = _field(["math"], group="grpo", help="Reward functions: registered names (thub backends --rewards) or module:function.")
+    group_size: int = _field(8, group="grpo", help="Completions sampled per prompt.", ge=2)
+    prompt_batch_size: int | None = _field(group="grpo", help="Prompts per optimizer step.", ge=1)
+    num_iterations: int | None = _field(group="grpo", help="Training iterations (backend meaning: see its docs).", ge=1)
+    max_tokens: int = _field(512, group="grpo", help="Maximum completion tokens.", ge=1)
+    max_prompt_length: int | None = _field(group="grpo", help="Maximum prompt tokens.", ge=1)
+    temperature: float = _field(0.7, group="grpo", help="Sampling temperature.", ge=0)
+    beta: float | None = _field(group="grpo", help="KL penalty coefficient (0 disables the reference model).", ge=0)
+    system_prompt: str | None = _field(group="grpo", help="System prompt prepended to every question.")
+    gpu_memory_utilization: float | None = _field(group="grpo", help="Fraction of GPU memory for the rollout engine.", gt=0, le=1)
+    tensor_parallel_size: int | None = _field(group="grpo", help="Tensor parallelism of the rollout engine.", ge=1)
+    concurrency: int | None = _field(group="grpo", help="Concurrent rollouts.", ge=1)
+
+
+class LoRAGRPOParams(LoRAMixin, GRPOParams):
+    """GRPO training LoRA adapters."""
