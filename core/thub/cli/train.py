@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, table
+from thub.cli.output import console, emit_json, table
 from thub.config.fields import ParamInfo, format_value, param_infos, parse_text
 from thub.manager import get_registry
 
@@ -104,22 +104,9 @@ def _make_command(algorithm: str) -> click.Command:
     )
 
 
-def plan_data(resolved: Any) -> dict[str, Any]:
-    """The dry-run plan: every value with its source, and the backend-native translation."""
-    registry = get_registry()
-    values = resolved.values()
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "algorithm": resolved.algorithm.name,
-        "backend": resolved.backend.name,
-        "backend_reason": resolved.backend_reason,
-        "parameters": {k: {"value": v, "source": resolved.sources[k]} for k, v in values.items()},
-        "ignored": resolved.ignored,
-        "translation": registry.translate(resolved.algorithm.name, resolved.backend.name, values),
-    }
-
-
 def show_plan(resolved: Any, as_json: bool) -> None:
+    from thub.api import plan_data
+
     data = plan_data(resolved)
     if as_json:
         emit_json(data)

@@ -1,0 +1,1 @@
+"""Launchers: torchrun parameters (and, later, SLURM and Kubeflow)."""

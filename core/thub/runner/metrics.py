@@ -1,0 +1,103 @@
+"""The unified metrics stream ``training_metrics.jsonl`` (see docs/outputs.md).
+
+Every line is one JSON object with at least ``step``, ``max_steps``, ``epoch``, ``timestamp``,
+``learning_rate`` and ``loss`` (or ``reward`` for GRPO). Each line is written with a single
+``write`` on an ``O_APPEND`` descriptor, so a reader never sees half a line from a live run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REQUIRED_FIELDS = ("step", "max_steps", "epoch", "timestamp", "learning_rate")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # NaN/inf are not JSON
+    return value
+
+
+class MetricsWriter:
+    """Appends metrics lines; only the main process of a run should hold one."""
+
+    def __init__(self, path: str | Path, max_steps: int | None = None) -> None:
+        self.path = Path(path)
+        self.max_steps = max_steps
+
+    def log(self, step: int, **values: Any) -> dict[str, Any]:
+        """Write one line for ``step``; ``max_steps`` and ``timestamp`` are filled in."""
+        line = {"step": int(step), "max_steps": values.pop("max_steps", self.max_steps)}
+        line.update({k: _clean(v) for k, v in values.items()})
+        line.setdefault("timestamp", time.time())
+        data = (json.dumps(line) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return line
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All complete lines of a metrics file (a trailing partial line is ignored)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = []
+    for raw in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(raw))
+        except json.JSONDecodeError:
+            continue
+    return lines
+
+
+def truncate_after(path: str | Path, step: int) -> int:
+    """Drop lines logged after ``step`` (work lost since the checkpoint a resume starts from).
+
+    Returns the number of lines removed.
+    """
+    path = Path(path)
+    lines = read_metrics(path)
+    keep = [line for line in lines if line.get("step", 0) <= step]
+    if len(keep) != len(lines):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(line) + "\n" for line in keep))
+        os.replace(tmp, path)
+    return len(lines) - len(keep)
+
+
+class MetricsTail:
+    """Follows a metrics file as it grows, yielding new complete lines."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.buffer = b""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.poll()
+
+    def poll(self) -> Iterator[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(chunk)
+        self.buffer += chunk
+        *complete, self.buffer = self.buffer.split(b"\n")
+        for raw in complete:
+            if raw.strip():
+                try:
+                    yield json.loads(raw)
+                except json.JSONDecodeError:
+                    continue

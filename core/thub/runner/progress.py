@@ -1,0 +1,68 @@
+"""Progress from the metrics stream: a rich bar on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from thub.cli.output import console
+
+
+def _describe(line: dict[str, Any]) -> str:
+    parts = []
+    for key in ("loss", "reward", "learning_rate", "tokens_per_second"):
+        value = line.get(key)
+        if isinstance(value, (int, float)):
+            parts.append(f"{key.replace('_', ' ')} {value:.4g}")
+    return "  ".join(parts)
+
+
+class Progress:
+    """Shows step/max_steps, loss (or reward), tokens/s and ETA on stderr."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.live = enabled and sys.stderr.isatty()
+        self._bar: Any = None
+        self._task: Any = None
+        self._started = time.time()
+
+    def __enter__(self) -> Progress:
+        if self.live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
+
+            self._bar = Bar(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=console())
+            self._bar.__enter__()
+            self._task = self._bar.add_task("train", total=None, info="starting")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+            self._bar = None
+
+    def update(self, line: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(self._task, completed=line.get("step", 0), total=line.get("max_steps"), info=_describe(line))
+        else:
+            console().print(f"step {line.get('step')}/{line.get('max_steps')}  {_describe(line)}", markup=False)
+
+    def finish(self, result: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        status = result["status"]
+        colour = {"succeeded": "green", "interrupted": "yellow"}.get(status, "red")
+        console().print(f"[{colour}]run {status}[/{colour}] in {result.get('wall_seconds', 0):.1f} s: {result['run_dir']}")
+        if result.get("final_checkpoint"):
+            console().print(f"final checkpoint: {result['final_checkpoint']}")
+        if status == "failed":
+            console().print("[red]root cause:[/red]")
+            for line in result.get("root_cause") or [result.get("error", "")]:
+                console().print(f"  {line}", markup=False)
+            console().print(f"full log: {result['log']}")
+        elif status == "interrupted":
+            console().print("continue with the same command and --resume")

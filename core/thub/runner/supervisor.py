@@ -1,0 +1,233 @@
+"""Start and supervise a training child; turn whatever happens into one honest result.
+
+The parent validates, writes ``thub_run.json``, starts the child (``python -m
+thub.runner.child`` or torchrun), follows the metrics stream for progress and events,
+forwards SIGINT/SIGTERM so the backend checkpoints and stops, stops a child that hangs
+after writing its result, and writes the final ``result.json`` atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+
+from thub import __version__
+from thub.config.resolve import ResolvedConfig
+from thub.manager import get_registry
+from thub.runner.batching import world_size
+from thub.runner.metrics import MetricsTail, truncate_after
+from thub.runner.progress import Progress
+from thub.runner.rootcause import root_cause_from_file
+from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
+from thub.specs import RunEvent
+
+POLL_SECONDS = 0.2
+
+
+def _grace_seconds() -> float:
+    """How long a child may linger after writing its result (THUB_EXIT_GRACE, default 30 s)."""
+    return float(os.environ.get("THUB_EXIT_GRACE", "30"))
+
+
+def _version(distribution: str | None) -> str | None:
+    if not distribution:
+        return None
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def child_command(resolved: ResolvedConfig, run_dir: RunDirectory) -> list[str]:
+    """The command that starts the backend: one process, or torchrun for several."""
+    python = resolved.backend.python or sys.executable
+    params = resolved.values()
+    child = ["-m", "thub.runner.child", str(run_dir.path)]
+    if resolved.backend.launcher != "torchrun" or world_size(params) == 1:
+        return [python, *child]
+    from thub.launch.torchrun import torchrun_args
+
+    return [python, "-m", "torch.distributed.run", *torchrun_args(params), *child]
+
+
+def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from: str | None) -> dict[str, Any]:
+    backend = resolved.backend
+    # the first requirement is the training library by convention (e.g. "trl>=1.16")
+    library_name = Requirement(backend.requirements[0]).name if backend.requirements else None
+    return {
+        "schema_version": 1,
+        "algorithm": resolved.algorithm.name,
+        "backend": backend.name,
+        "runner": backend.runner,
+        "parameters": {k: {"value": v, "source": resolved.sources[k]} for k, v in resolved.values().items()},
+        "ignored": resolved.ignored,
+        "versions": {
+            "thub": __version__,
+            "plugin": {"name": backend.provenance.distribution, "version": backend.provenance.version},
+            "library": {"name": library_name, "version": _version(library_name)},
+            "python": sys.version.split()[0],
+        },
+        "command_line": command_line,
+        "resume_from": resume_from,
+        "created": time.time(),
+    }
+
+
+def _validate_data(resolved: ResolvedConfig) -> None:
+    """Validate the data before anything is written or started (bad data: exit 2)."""
+    from thub.data import load_dataset_rows
+
+    params = resolved.values()
+    load_dataset_rows(params["data_path"], params.get("data_format") or "auto",
+                      document_column=params.get("document_column_name") or "document")
+
+
+def _preflight(resolved: ResolvedConfig) -> None:
+    """Run the backend's preflight doctor checks; a failure stops the launch with its fix."""
+    from thub.doctor import preflight
+    from thub.errors import ThubError
+
+    results = preflight(resolved.backend.name, resolved.values()["ckpt_output_dir"])
+    failed = [r for r in results if r.result.status in ("fail", "error")]
+    if failed:
+        lines = [f"{r.spec.id}: {r.result.summary}" + (f"\n    fix: {r.result.fix}" if r.result.fix else "") for r in failed]
+        raise ThubError("preflight checks failed (see `thub doctor`):\n  " + "\n  ".join(lines))
+
+
+class _Supervisor:
+    def __init__(self, resolved: ResolvedConfig, run_dir: RunDirectory, progress: Progress) -> None:
+        self.resolved = resolved
+        self.run_dir = run_dir
+        self.progress = progress
+        self.registry = get_registry()
+        self.metrics = MetricsTail(run_dir.metrics)
+        self.events = MetricsTail(run_dir.events)
+        self.signals: list[int] = []
+        self.last_metrics: dict[str, Any] | None = None
+        self.checkpoints: list[dict[str, Any]] = []
+
+    def fire(self, kind: str, data: dict[str, Any]) -> None:
+        self.registry.fire(RunEvent(kind, str(self.run_dir.path), self.resolved.algorithm.name,  # type: ignore[arg-type]
+                                    self.resolved.backend.name, data))
+
+    def _pump(self) -> None:
+        for line in self.metrics.poll():
+            self.last_metrics = line
+            self.progress.update(line)
+            self.fire("metrics", line)
+        for event in self.events.poll():
+            self.checkpoints.append({"path": event["path"], "step": event["step"]})
+            self.fire("checkpoint", {"path": event["path"], "step": event["step"]})
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.signals.append(signum)
+
+    def run(self, command: list[str]) -> tuple[int, bool]:
+        """Run the child to its end; returns (exit code, whether it had to be stopped)."""
+        env = dict(os.environ, PYTHONUNBUFFERED="1", THUB_RUN_DIR=str(self.run_dir.path))
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        stopped = False
+        try:
+            with open(self.run_dir.log_file, "ab") as log:
+                # Own session: a terminal's Ctrl-C reaches only us, and we forward it once.
+                child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+                forwarded = 0
+                result_seen: float | None = None
+                while child.poll() is None:
+                    self._pump()
+                    if len(self.signals) > forwarded:
+                        # first signal: ask for checkpoint-and-stop; a second one kills
+                        sig = signal.SIGTERM if forwarded == 0 else signal.SIGKILL
+                        _signal_group(child.pid, sig)
+                        forwarded = len(self.signals)
+                    if result_seen is None and self.run_dir.result.exists():
+                        result_seen = time.time()
+                    if result_seen is not None and time.time() - result_seen > _grace_seconds():
+                        stopped = True
+                        _signal_group(child.pid, signal.SIGTERM)
+                        try:
+                            child.wait(5)
+                        except subprocess.TimeoutExpired:
+                            _signal_group(child.pid, signal.SIGKILL)
+                        break
+                    time.sleep(POLL_SECONDS)
+                code = child.wait()
+                self._pump()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return code, stopped
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def run_training(
+    resolved: ResolvedConfig,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    command_line: list[str] | None = None,
+    quiet_json: bool = False,
+) -> dict[str, Any]:
+    """Run one training job to its end and return the content of ``result.json``."""
+    params = resolved.values()
+    run_dir = RunDirectory(Path(params["ckpt_output_dir"]))
+    _validate_data(resolved)
+    _preflight(resolved)
+    run_dir.prepare(overwrite=overwrite, resume=resume)
+
+    resume_from = None
+    if resume:
+        latest = run_dir.latest_checkpoint()
+        if latest:
+            resume_from = str(latest[0])
+            truncate_after(run_dir.metrics, latest[1])
+    record = build_record(resolved, command_line or ["thub.api"], resume_from)
+    write_json_atomic(run_dir.record, record)
+
+    progress = Progress(enabled=not quiet_json)
+    supervisor = _Supervisor(resolved, run_dir, progress)
+    supervisor.fire("started", {"resume_from": resume_from, "command": command_line})
+    started = time.time()
+    with progress:
+        code, stopped = supervisor.run(child_command(resolved, run_dir))
+
+    result = read_json(run_dir.result)
+    if result is None or code not in (0, None) and not stopped:
+        cause = root_cause_from_file(run_dir.log_file)
+        result = {
+            "status": "interrupted" if supervisor.signals and result is None and code in (-15, 143) else "failed",
+            "algorithm": resolved.algorithm.name,
+            "backend": resolved.backend.name,
+            "exit_code": code,
+            "error": cause[-1] if cause else f"child exited with code {code}",
+            "root_cause": cause,
+        }
+    if stopped:
+        result["note"] = f"the child did not exit within {_grace_seconds():g} s of writing its result and was stopped"
+    result.update({
+        "run_dir": str(run_dir.path),
+        "checkpoints": supervisor.checkpoints,
+        "last_metrics": supervisor.last_metrics,
+        "wall_seconds": round(time.time() - started, 3),
+        "log": str(run_dir.log_file),
+    })
+    result.setdefault("final_checkpoint", None)
+    write_json_atomic(run_dir.result, result)
+    supervisor.fire({"succeeded": "finished", "interrupted": "interrupted"}.get(result["status"], "failed"), result)
+    progress.finish(result)
+    return result

@@ -1,0 +1,91 @@
+"""The contract every backend plugin's tests subclass (langchain-tests style).
+
+    class TestTrlContract(BackendContract):
+        backend = "trl"
+        plugin_module = "thub_plugin_trl"
+        readme = Path(__file__).parents[1] / "README.md"
+        samples = {"sft": {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "o"}}
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+from thub.config.fields import param_infos
+from thub.manager import Registry, load_registry
+
+HEAVY_MODULES = ("torch", "transformers", "trl", "peft", "datasets", "vllm", "unsloth", "verl", "art",
+                 "mini_trainer", "instructlab", "deepspeed", "flash_attn")
+
+
+def imported_heavy_modules(code: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter; return the heavy modules it left in ``sys.modules``."""
+    probe = f"{code}\nimport sys, json\nprint(json.dumps([m for m in {HEAVY_MODULES!r} if m in sys.modules]))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise AssertionError(f"probe failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+class BackendContract:
+    """Checks a backend plugin keeps thub's promises. Subclass and set the class attributes."""
+
+    backend: ClassVar[str]
+    plugin_module: ClassVar[str]
+    readme: ClassVar[Path]
+    samples: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def registry(self) -> Registry:
+        return load_registry()
+
+    def test_registration_imports_nothing_heavy(self) -> None:
+        heavy = imported_heavy_modules(
+            f"import {self.plugin_module}\nfrom thub.manager import load_registry\nload_registry()"
+        )
+        assert heavy == [], f"registering {self.plugin_module} imported {heavy}"
+
+    def test_backend_registered_by_plugin(self) -> None:
+        registry = self.registry()
+        assert self.backend in registry.backends, [f.error for f in registry.failures]
+        spec = registry.backends[self.backend]
+        assert spec.provenance.plugin != "?"
+        assert spec.algorithms, "a backend must run at least one algorithm"
+
+    def test_honoured_parameters_exist(self) -> None:
+        registry = self.registry()
+        spec = registry.backends[self.backend]
+        for algorithm, honoured in spec.algorithms.items():
+            fields = param_infos(registry.algorithm(algorithm).load_parameters())
+            unknown = sorted(set(honoured) - set(fields))
+            assert not unknown, f"{algorithm}: honours parameters that do not exist: {unknown}"
+            bad_defaults = sorted(set(spec.defaults_for(algorithm)) - set(fields))
+            assert not bad_defaults, f"{algorithm}: defaults for unknown parameters: {bad_defaults}"
+
+    def test_translation_for_samples(self) -> None:
+        from thub.config.resolve import resolve
+
+        registry = self.registry()
+        spec = registry.backends[self.backend]
+        assert set(self.samples) >= set(spec.algorithms), "give a sample config for every algorithm"
+        for algorithm, sample in self.samples.items():
+            resolved = resolve(registry, algorithm, backend=self.backend, flags=sample, environ={})
+            native = registry.translate(algorithm, self.backend, resolved.values())
+            assert native is not None, f"{algorithm}: no translation"
+            json.dumps(native)  # must be serialisable for --dry-run --json and thub_run.json
+
+    def test_checks_registered(self) -> None:
+        registry = self.registry()
+        spec = registry.backends[self.backend]
+        mine = [c for c in registry.checks.values() if c.provenance.plugin == spec.provenance.plugin]
+        assert mine, f"{self.plugin_module} registers no doctor checks"
+
+    def test_docs_table_present(self) -> None:
+        text = self.readme.read_text()
+        spec = self.registry().backends[self.backend]
+        honoured = set().union(*spec.algorithms.values())
+        missing = sorted(name for name in honoured if f"`{name}`" not in text)
+        assert not missing, f"{self.readme} does not document: {missing}"

@@ -1,0 +1,33 @@
+"""thub backend ``trl``: registration only. TRL, PEFT and torch are imported in ``runner``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from thub import hookimpl
+from thub.specs import BackendSpec
+from thub_plugin_trl.translate import DEFAULTS, HONOURED, translate
+
+
+@hookimpl
+def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
+    register(BackendSpec(
+        name="trl",
+        summary="Hugging Face TRL + PEFT; trains on CPU or GPU (the reference backend).",
+        algorithms=HONOURED,
+        runner="thub_plugin_trl.runner:run",
+        requirements=("trl>=1.16,<2", "peft>=0.17", "transformers>=4.56", "datasets>=3", "torch>=2.4"),
+        needs_cuda=False,
+        priority=10,
+        defaults=DEFAULTS,
+        launcher="torchrun",
+        docs="thub-plugin-trl/README.md",
+    ))
+
+
+@hookimpl
+def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    if backend != "trl":
+        return None
+    return translate(algorithm, params)

@@ -1,0 +1,174 @@
+"""The TRL training loop, run inside thub's supervised child process.
+
+Heavy imports (torch, transformers, trl, peft, datasets) happen here only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from thub.runner.context import RunContext
+from thub_plugin_trl.translate import translate
+
+
+def _metrics_callback(context: RunContext) -> Any:
+    from transformers import TrainerCallback
+
+    class ThubCallback(TrainerCallback):
+        """Writes thub's metrics stream, reports checkpoints, stops cleanly on a signal."""
+
+        def __init__(self) -> None:
+            self.last_tokens: float | None = None
+            self.last_time = time.time()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+            if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+                return
+            if "loss" not in logs and "reward" not in logs:
+                return  # evaluation-only lines go in with the next training line
+            line = {k: v for k, v in logs.items() if isinstance(v, (int, float)) and "/" not in k}
+            line["epoch"] = state.epoch
+            now, tokens = time.time(), logs.get("num_tokens")
+            if tokens is not None and self.last_tokens is not None and now > self.last_time:
+                line["tokens_per_second"] = (tokens - self.last_tokens) / (now - self.last_time)
+            self.last_tokens, self.last_time = tokens, now
+            context.metrics.log(state.global_step, max_steps=state.max_steps, **line)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            if context.stop_requested:
+                # save at this step and stop: --resume continues at the next step
+                control.should_save = True
+                control.should_training_stop = True
+
+        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            context.checkpoint(path, state.global_step)
+
+    return ThubCallback()
+
+
+def _load_tokenizer(params: dict[str, Any]) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(params["model_path"], trust_remote_code=params["trust_remote_code"])
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _pretraining_rows(rows: list[dict[str, Any]], tokenizer: Any, block_size: int) -> list[dict[str, Any]]:
+    """Documents tokenized, joined with EOS and cut into ``block_size`` blocks (the tail is dropped)."""
+    encoded = tokenizer([row["document"] for row in rows], add_special_tokens=False)["input_ids"]
+    stream: list[int] = []
+    for ids in encoded:
+        stream.extend(ids)
+        stream.append(tokenizer.eos_token_id)
+    blocks = [stream[i : i + block_size] for i in range(0, len(stream) - block_size + 1, block_size)]
+    if not blocks:
+        raise ValueError(f"the documents hold {len(stream)} tokens, fewer than one block of {block_size}")
+    return [{"input_ids": block, "labels": list(block)} for block in blocks]
+
+
+def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
+    from datasets import Dataset
+    from thub.data import load_dataset_rows, tokenize_chat
+
+    params = context.params
+    rows = load_dataset_rows(params["data_path"], params["data_format"], document_column=params["document_column_name"])
+    if plan["data"]["mode"] == "pretraining":
+        prepared = _pretraining_rows(rows, tokenizer, params["block_size"])
+    elif rows and "input_ids" in rows[0]:
+        prepared = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows]
+    else:
+        # thub's own masking: correct for any chat template, overlong samples counted, not hidden
+        prepared, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=params["unmask_messages"])
+        print(f"thub: prepared {len(prepared)} samples: {stats}", flush=True)
+    dataset = Dataset.from_list(prepared)
+    if plan["data"]["validation_split"]:
+        split = dataset.train_test_split(test_size=plan["data"]["validation_split"], seed=params["seed"])
+        return split["train"], split["test"]
+    return dataset, None
+
+
+def _grpo_dataset(context: RunContext, plan: dict[str, Any]) -> Any:
+    from datasets import Dataset
+    from thub.data import load_dataset_rows
+
+    params = context.params
+    rows = load_dataset_rows(params["data_path"], params["data_format"])
+    system = plan.get("system_prompt")
+    prepared = []
+    for row in rows:
+        prompt = list(row["prompt"])
+        if system and not (prompt and prompt[0]["role"] == "system"):
+            prompt.insert(0, {"role": "system", "content": system})
+        prepared.append({"prompt": prompt, "ground_truth": str(row["ground_truth"])})
+    return Dataset.from_list(prepared)
+
+
+def load_rewards(names: list[str]) -> list[Any]:
+    """Reward callables from registered names or ``module:function`` import strings."""
+    from thub.manager import get_registry
+    from thub.specs import load_object
+
+    registry = get_registry()
+    functions = []
+    for name in names:
+        function = registry.rewards[name].load() if name in registry.rewards else load_object(name)
+        if not getattr(function, "__name__", None):
+            function.__name__ = name.replace(":", ".")
+        functions.append(function)
+    return functions
+
+
+def _model_kwargs(params: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"trust_remote_code": params["trust_remote_code"]}
+    if plan.get("quantization"):
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(**plan["quantization"])
+    return kwargs
+
+
+def run(context: RunContext) -> dict[str, Any]:
+    """Train with TRL according to ``translate(algorithm, params)``; return the outcome."""
+    import trl
+    from transformers import AutoModelForCausalLM
+
+    params = context.params
+    plan = translate(context.algorithm, params)
+    os.environ.update(plan["environment"])
+    tokenizer = _load_tokenizer(params)
+    model = AutoModelForCausalLM.from_pretrained(params["model_path"], **_model_kwargs(params, plan))
+    peft_config = None
+    if plan["peft"]:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(**plan["peft"])
+    config_class = getattr(trl, plan["config_class"])
+    config = config_class(**plan["config"])
+    callbacks = [_metrics_callback(context)]
+    if plan["trainer"] == "SFTTrainer":
+        train_dataset, eval_dataset = _sft_dataset(context, plan, tokenizer)
+        trainer = trl.SFTTrainer(model=model, args=config, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                                 processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+    else:
+        trainer = trl.GRPOTrainer(model=model, reward_funcs=load_rewards(plan["rewards"]), args=config,
+                                  train_dataset=_grpo_dataset(context, plan), processing_class=tokenizer,
+                                  peft_config=peft_config, callbacks=callbacks)
+    output = trainer.train(resume_from_checkpoint=context.resume_from)
+    if context.stop_requested:
+        latest = context.run_dir.latest_checkpoint()
+        return {"interrupted": True, "final_checkpoint": str(latest[0]) if latest else None}
+    final = None
+    if params["save_final_checkpoint"] and trainer.is_world_process_zero():
+        final = str(context.run_dir.path / "final")
+        trainer.save_model(final)  # a PEFT model saves its adapter only
+        tokenizer.save_pretrained(final)
+        context.checkpoint(final, trainer.state.global_step)
+    summary = {k: v for k, v in output.metrics.items() if isinstance(v, (int, float))}
+    summary["global_step"] = trainer.state.global_step
+    return {"final_checkpoint": final, "summary": summary}

@@ -1,0 +1,175 @@
+"""thub parameters -> TRL/PEFT configuration. Pure Python: no TRL import.
+
+The runner builds ``SFTConfig``/``GRPOConfig``/``LoraConfig`` from exactly this output, so the
+dry run shows what will really be used. Every honoured parameter is mapped in the README.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from thub.errors import UsageError
+from thub.runner.batching import split_batch, world_size
+from thub.selection import cuda_visible
+
+_BASE = frozenset({
+    "num_epochs", "max_steps", "learning_rate", "seed", "save_steps", "checkpoint_at_epoch",
+    "save_final_checkpoint", "trust_remote_code", "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps",
+    "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "logging_steps",
+    "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",
+    "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",
+    "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name",
+})
+_SFT = _BASE | {
+    "effective_batch_size", "max_seq_len", "unmask_messages", "packing", "gradient_checkpointing",
+    "use_liger", "validation_split", "validation_frequency", "is_pretraining", "block_size",
+    "document_column_name",
+}
+_LORA = frozenset({
+    "lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora",
+    "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_compute_dtype", "bnb_4bit_use_double_quant",
+})
+_GRPO = _BASE | {"reward", "group_size", "prompt_batch_size", "max_tokens", "temperature", "beta", "system_prompt", "gradient_checkpointing"}
+
+HONOURED: dict[str, frozenset[str]] = {
+    "sft": frozenset(_SFT),
+    "lora_sft": frozenset(_SFT | _LORA),
+    "grpo": frozenset(_GRPO),
+    "lora_grpo": frozenset(_GRPO | _LORA),
+}
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "sft": {"num_epochs": 1, "learning_rate": 2e-5, "max_seq_len": 1024, "effective_batch_size": 8},
+    "lora_sft": {"num_epochs": 1, "learning_rate": 2e-4, "max_seq_len": 1024, "effective_batch_size": 8},
+    "grpo": {"num_epochs": 1, "learning_rate": 1e-6, "prompt_batch_size": 2},
+    "lora_grpo": {"num_epochs": 1, "learning_rate": 1e-5, "prompt_batch_size": 2},
+}
+
+# The largest per-device batch thub chooses when splitting effective_batch_size.
+MAX_MICRO_BATCH = 8
+
+
+def _reporting(params: dict[str, Any]) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """report_to list, environment variables and extra config for the loggers the user set."""
+    report_to, env, extra = [], {}, {}
+    if params.get("wandb_project"):
+        report_to.append("wandb")
+        env["WANDB_PROJECT"] = params["wandb_project"]
+        if params.get("wandb_entity"):
+            env["WANDB_ENTITY"] = params["wandb_entity"]
+    if params.get("tensorboard_log_dir"):
+        report_to.append("tensorboard")
+        extra["logging_dir"] = params["tensorboard_log_dir"]
+    if params.get("mlflow_tracking_uri"):
+        report_to.append("mlflow")
+        env["MLFLOW_TRACKING_URI"] = params["mlflow_tracking_uri"]
+        if params.get("mlflow_experiment_name"):
+            env["MLFLOW_EXPERIMENT_NAME"] = params["mlflow_experiment_name"]
+    run_name = params.get("wandb_run_name") or params.get("mlflow_run_name")
+    if run_name:
+        extra["run_name"] = run_name
+    return report_to or ["none"], env, extra
+
+
+def _common(params: dict[str, Any], output_dir: str) -> dict[str, Any]:
+    gpu = cuda_visible()
+    config: dict[str, Any] = {
+        "output_dir": output_dir,
+        "num_train_epochs": params.get("num_epochs") or 1,
+        "max_steps": params.get("max_steps") or -1,
+        "learning_rate": params["learning_rate"],
+        "seed": params["seed"],
+        "logging_steps": params["logging_steps"],
+        "lr_scheduler_type": params.get("lr_scheduler") or "linear",
+        "gradient_checkpointing": bool(params.get("gradient_checkpointing")),
+        "use_cpu": not gpu,
+        "bf16": gpu,
+        "disable_tqdm": True,  # thub shows progress from the metrics stream
+        "save_strategy": "steps" if params.get("save_steps") else "epoch" if params.get("checkpoint_at_epoch") else "no",
+    }
+    optional = {
+        "save_steps": "save_steps", "lr_scheduler_kwargs": "lr_scheduler_kwargs", "warmup_steps": "warmup_steps",
+        "beta1": "adam_beta1", "beta2": "adam_beta2", "eps": "adam_epsilon", "weight_decay": "weight_decay",
+        "max_grad_norm": "max_grad_norm",
+    }
+    config.update({target: params[name] for name, target in optional.items() if params.get(name) is not None})
+    report_to, _env, extra = _reporting(params)
+    config["report_to"] = report_to
+    config.update(extra)
+    return config
+
+
+def _peft(params: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "r": params["lora_r"],
+        "lora_alpha": params["lora_alpha"],
+        "lora_dropout": params["lora_dropout"],
+        "target_modules": params.get("target_modules") or "all-linear",
+        "use_rslora": params["use_rslora"],
+        "use_dora": params["use_dora"],
+        "task_type": "CAUSAL_LM",
+    }
+
+
+def _quantization(params: dict[str, Any]) -> dict[str, Any] | None:
+    if params.get("load_in_4bit"):
+        quant = {"load_in_4bit": True}
+        for key in ("bnb_4bit_quant_type", "bnb_4bit_compute_dtype", "bnb_4bit_use_double_quant"):
+            if params.get(key) is not None:
+                quant[key] = params[key]
+        return quant
+    if params.get("load_in_8bit"):
+        return {"load_in_8bit": True}
+    return None
+
+
+def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The TRL trainer, its config, the PEFT config and the environment for ``params``."""
+    if algorithm not in HONOURED:
+        raise UsageError(f"backend trl does not run {algorithm!r}")
+    world = world_size(params)
+    output_dir = f"{params['ckpt_output_dir']}/checkpoints"
+    config = _common(params, output_dir)
+    lora = algorithm.startswith("lora_")
+    plan: dict[str, Any] = {"trainer": None, "config_class": None, "config": config,
+                            "peft": _peft(params) if lora else None,
+                            "quantization": _quantization(params) if lora else None,
+                            "world_size": world, "environment": _reporting(params)[1]}
+    if algorithm in ("sft", "lora_sft"):
+        micro, accumulation = split_batch(params["effective_batch_size"], world, MAX_MICRO_BATCH)
+        pretraining = params.get("is_pretraining", False)
+        config.update({
+            "per_device_train_batch_size": micro,
+            "gradient_accumulation_steps": accumulation,
+            # pretraining blocks are already block_size long; chat is cut at max_seq_len
+            "max_length": params["block_size"] if pretraining else params["max_seq_len"],
+            "packing": bool(params.get("packing")),
+            "use_liger_kernel": bool(params.get("use_liger")),
+        })
+        if params.get("validation_split"):
+            config.update({"eval_strategy": "steps", "eval_steps": params["validation_frequency"]})
+        plan.update({"trainer": "SFTTrainer", "config_class": "SFTConfig", "data": {
+            "mode": "pretraining" if pretraining else "chat",
+            "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else "assistant tokens",
+            "validation_split": params.get("validation_split") or 0.0,
+        }})
+    else:
+        completions = params["prompt_batch_size"] * params["group_size"]
+        if completions % world:
+            raise UsageError(
+                f"prompt_batch_size x group_size = {completions} completions per step cannot be split evenly "
+                f"over {world} processes; choose prompt_batch_size so the product is a multiple of {world}"
+            )
+        config.update({
+            "num_generations": params["group_size"],
+            "per_device_train_batch_size": completions // world,
+            "gradient_accumulation_steps": 1,
+            "max_completion_length": params["max_tokens"],
+            "temperature": params["temperature"],
+            "use_vllm": False,
+        })
+        if params.get("beta") is not None:
+            config["beta"] = params["beta"]
+        plan.update({"trainer": "GRPOTrainer", "config_class": "GRPOConfig",
+                     "rewards": list(params["reward"]), "system_prompt": params.get("system_prompt")})
+    return plan
