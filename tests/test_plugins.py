@@ -1,0 +1,201 @@
+"""Plugin loading: isolation of broken plugins, allow/deny lists, provenance, every hook exercised."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import click
+import pytest
+
+from thub import hookimpl
+from thub.manager import load_registry
+from thub.specs import AlgorithmSpec, BackendSpec, CheckContext, CheckResult, CheckSpec, RewardSpec, RunEvent
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _make_distribution(root: Path, name: str, module_source: str) -> Path:
+    """A real distribution (pyproject + module) with a ``thub`` entry point."""
+    src = root / name
+    src.mkdir()
+    module = name.replace("-", "_")
+    (src / "pyproject.toml").write_text(textwrap.dedent(f"""
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "{name}"
+        version = "0.0.1"
+        [project.entry-points.thub]
+        {module} = "{module}"
+        [tool.setuptools]
+        py-modules = ["{module}"]
+    """))
+    (src / f"{module}.py").write_text(textwrap.dedent(module_source))
+    return src
+
+
+@pytest.fixture(scope="module")
+def broken_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two real plugin distributions pip-installed into a temporary site directory."""
+    root = tmp_path_factory.mktemp("dists")
+    target = tmp_path_factory.mktemp("site")
+    broken = _make_distribution(root, "thub-broken", "raise ImportError('cannot import name CUDA_HOME')\n")
+    good = _make_distribution(root, "thub-good", """
+        from thub import hookimpl
+        from thub.specs import BackendSpec
+
+        @hookimpl
+        def thub_register_backends(register):
+            register(BackendSpec("good", "a fine backend", {"sft": frozenset({"learning_rate"})}, "thub_good:run"))
+    """)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(broken), str(good)], check=True, capture_output=True)
+    return target
+
+
+def _thub(site: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    environ.update(PYTHONPATH=str(site), **env)
+    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=environ)
+
+
+def test_broken_distribution_is_named_and_the_rest_works(broken_site: Path) -> None:
+    done = _thub(broken_site, "plugins", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    failure = next(f for f in data["failures"] if f["name"] == "thub_broken")
+    assert failure["distribution"] == "thub-broken" and failure["version"] == "0.0.1"
+    assert failure["stage"] == "import" and "CUDA_HOME" in failure["error"]
+    names = {p["name"] for p in data["plugins"]}
+    assert {"thub_good", "trl", "thub_builtins.algorithms"} <= names
+    human = _thub(broken_site, "plugins")
+    assert "thub_broken" in human.stderr and "failed at import" in human.stderr
+    # training still works with the broken plugin installed
+    assert _thub(broken_site, "train", "sft", "--dry-run", "-b", "good", "--model-path", "m", "--data-path", "d",
+                 "--ckpt-output-dir", "o").returncode == 0
+
+
+def test_allow_list_and_disable_list(broken_site: Path) -> None:
+    none = json.loads(_thub(broken_site, "plugins", "--json", THUB_PLUGINS="").stdout)
+    assert {p["name"] for p in none["plugins"]} == {"thub_builtins.algorithms", "thub_builtins.rewards", "thub_builtins.checks"}
+    assert none["failures"] == []
+    only = json.loads(_thub(broken_site, "plugins", "--json", THUB_PLUGINS="thub-good").stdout)
+    assert "thub_good" in {p["name"] for p in only["plugins"]} and "trl" not in {p["name"] for p in only["plugins"]}
+    off = json.loads(_thub(broken_site, "plugins", "--json", THUB_DISABLE_PLUGINS="thub_broken,trl").stdout)
+    assert off["failures"] == [] and "trl" not in {p["name"] for p in off["plugins"]}
+
+
+class _Nonsense:
+    @hookimpl
+    def thub_register_backends(self, register):
+        register(42)
+
+
+class _UnknownHook:
+    @hookimpl
+    def thub_register_everything(self, register):
+        pass
+
+
+class _Duplicate:
+    @hookimpl
+    def thub_register_algorithms(self, register):
+        register(AlgorithmSpec("sft", "again", "thub_builtins.params:SFTParams"))
+
+
+def test_invalid_plugins_are_recorded_not_fatal() -> None:
+    registry = load_registry(extra_plugins=[("nonsense", _Nonsense()), ("unknown", _UnknownHook()),
+                                            ("dup", _Duplicate())], entry_points=False)
+    stages = {f.name: (f.stage, f.error) for f in registry.failures}
+    assert stages["nonsense"][0] == "register backends" and "expected BackendSpec, got int" in stages["nonsense"][1]
+    assert stages["unknown"][0] == "validate" and "thub_register_everything" in stages["unknown"][1]
+    assert stages["dup"][0] == "register algorithms" and "already registered by thub_builtins.algorithms" in stages["dup"][1]
+    assert registry.algorithms["sft"].summary != "again"
+    assert "unknown" not in registry.plugins
+
+
+class _EveryHook:
+    """A plugin implementing every hook of the API."""
+
+    def __init__(self) -> None:
+        self.events: list[RunEvent] = []
+
+    @hookimpl
+    def thub_register_algorithms(self, register):
+        register(AlgorithmSpec("toy", "a toy algorithm", "thub_builtins.params:SFTParams"))
+
+    @hookimpl
+    def thub_register_backends(self, register):
+        register(BackendSpec("toyb", "toy backend", {"toy": frozenset({"learning_rate"})}, "x:run",
+                             defaults={"toy": {"learning_rate": 0.5}}))
+
+    @hookimpl
+    def thub_translate_params(self, algorithm, backend, params):
+        return {"lr": params["learning_rate"]} if backend == "toyb" else None
+
+    @hookimpl
+    def thub_register_rewards(self, register):
+        register(RewardSpec("always_one", "thub_builtins.reward_functions:binary", "test"))
+
+    @hookimpl
+    def thub_register_checks(self, register):
+        register(CheckSpec("toy.check", "toy check", lambda ctx: CheckResult("ok", "fine")))
+
+    @hookimpl
+    def thub_register_commands(self, cli):
+        @cli.command(name="toy-hello")
+        def hello() -> None:
+            click.echo("hello from toy")
+
+    @hookimpl
+    def thub_on_event(self, event):
+        self.events.append(event)
+
+
+def test_every_hook_is_called(thub_plugin, thub_cli) -> None:
+    plugin = _EveryHook()
+    registry = thub_plugin(("toy", plugin))
+    info = registry.plugins["toy"]
+    assert info.registered == {"algorithms": ["toy"], "backends": ["toyb"], "rewards": ["always_one"], "checks": ["toy.check"]}
+    assert registry.backends["toyb"].provenance.plugin == "toy"
+    assert registry.checks["toy.check"].run(CheckContext()).status == "ok"
+    plan = thub_cli("train", "toy", "--dry-run", "--json", "--model-path", "m", "--data-path", "d", "--ckpt-output-dir", "o")
+    assert plan.exit_code == 0, plan.stderr
+    assert plan.json()["translation"] == {"lr": 0.5}
+    from thub.cli.main import LazyGroup, cli
+
+    cli.__dict__.pop("_from_plugins", None)  # commands are collected once per process
+    assert thub_cli("toy-hello").stdout == "hello from toy\n"
+    cli.__dict__.pop("_from_plugins", None)
+    registry.fire(RunEvent("started", "/tmp/x", "toy", "toyb"))
+    assert plugin.events[0].kind == "started"
+    assert isinstance(cli, LazyGroup)
+
+
+def test_event_hook_failure_does_not_stop_the_run(thub_plugin, capsys) -> None:
+    class Crashy:
+        @hookimpl
+        def thub_on_event(self, event):
+            raise RuntimeError("observer bug")
+
+    registry = thub_plugin(("crashy", Crashy()), entry_points=False)
+    registry.fire(RunEvent("metrics", "/tmp/x", "sft", "trl", {"step": 1}))
+    assert "event hook of crashy failed: observer bug" in capsys.readouterr().err
+
+
+def test_every_hook_is_documented_and_tested() -> None:
+    from thub import hookspecs
+
+    hooks = [name for name in dir(hookspecs) if name.startswith("thub_")]
+    docs = (ROOT / "docs" / "hooks.md").read_text()
+    tests = "".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
+    for hook in hooks:
+        assert re.search(rf"^## `{hook}\(", docs, re.M), f"{hook} is not documented in docs/hooks.md"
+        assert f"def {hook}(" in tests, f"no test implements {hook}"
