@@ -46,6 +46,7 @@ class BaseParams(BaseModel):
     checkpoint_at_epoch: bool | None = _field(group="core", help="Save a checkpoint at the end of every epoch.")
     save_final_checkpoint: bool = _field(True, group="core", help="Save the model when training ends.")
     trust_remote_code: bool = _field(False, group="core", help="Allow model code from the model repository.")
+    gradient_checkpointing: bool | None = _field(group="core", help="Trade compute for memory by recomputing activations.")
 
     # optimizer
     lr_scheduler: str | None = _field(group="optimizer", help="Learning-rate schedule (linear, cosine, constant, ...).")
@@ -82,7 +83,6 @@ class _SupervisedParams(BaseParams):
 
     unmask_messages: bool = _field(False, group="core", help="Train on every token, not only assistant turns.")
     packing: bool | None = _field(group="core", help="Pack several samples into one sequence.")
-    gradient_checkpointing: bool | None = _field(group="core", help="Trade compute for memory by recomputing activations.")
     use_liger: bool | None = _field(group="core", help="Use Liger kernels.")
     validation_split: float | None = _field(group="core", help="Fraction of data held out for validation.", ge=0, lt=1)
     validation_frequency: int | None = _field(group="core", help="Validate every N steps (needed when validation_split > 0).", ge=1)

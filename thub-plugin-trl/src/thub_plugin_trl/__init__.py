@@ -6,8 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 from thub import hookimpl
-from thub.specs import BackendSpec
+from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec
 from thub_plugin_trl.translate import DEFAULTS, HONOURED, translate
+
+# The training library first (its version is recorded in thub_run.json).
+REQUIREMENTS = ("trl>=1.16,<2", "peft>=0.17", "transformers>=4.56", "datasets>=3", "torch>=2.4")
 
 
 @hookimpl
@@ -17,7 +20,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         summary="Hugging Face TRL + PEFT; trains on CPU or GPU (the reference backend).",
         algorithms=HONOURED,
         runner="thub_plugin_trl.runner:run",
-        requirements=("trl>=1.16,<2", "peft>=0.17", "transformers>=4.56", "datasets>=3", "torch>=2.4"),
+        requirements=REQUIREMENTS,
         needs_cuda=False,
         priority=10,
         defaults=DEFAULTS,
@@ -31,3 +34,19 @@ def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) 
     if backend != "trl":
         return None
     return translate(algorithm, params)
+
+
+def _library_check(_context: CheckContext) -> CheckResult:
+    from thub.selection import requirement_problem
+
+    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
+    if problems:
+        return CheckResult("fail", "TRL backend requirements not met", tuple(problems),
+                           fix="pip install 'thub-plugin-trl' torch==2.13.0  # or: thub install trl")
+    return CheckResult("ok", "trl, peft, transformers, datasets and torch installed in supported versions")
+
+
+@hookimpl
+def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
+    register(CheckSpec("trl.requirements", "TRL backend libraries", _library_check,
+                       tags=frozenset({"preflight"}), backends=frozenset({"trl"})))
