@@ -1,21 +1,61 @@
-"""Core doctor checks (registered like any plugin's)."""
+"""Core doctor checks, registered through ``thub_register_checks`` like any plugin's.
+
+Every check is listed here with its id, tags and timeout; the code lives in the submodules,
+which import nothing heavy at module level (``core.torch`` imports torch in a child process).
+Each check is described in docs/doctor.md (id, what it finds, the fix).
+
+Tags: ``preflight`` (quick; ``thub train`` runs these first), ``gpu``, ``security``, ``slow``
+(imports a large library or walks directories; listed last).
+"""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 from thub import hookimpl
-from thub.specs import CheckContext, CheckResult, CheckSpec
+from thub.specs import CheckSpec
+from thub_builtins.checks import gpu, libs, storage, system
+
+_P, _GPU, _SLOW, _SEC = "preflight", "gpu", "slow", "security"
+_DOCS = "docs/doctor.md"
+
+# (id, title, run, tags, timeout seconds, applies)
+_CHECKS: tuple[tuple[str, str, Callable, frozenset[str], float, Callable | None], ...] = (
+    ("core.python", "Python version", system.check_python, frozenset({_P}), 5, None),
+    ("core.plugins", "Plugins load", system.check_plugins, frozenset(), 5, None),
+    ("core.backend-requirements", "Backend requirements", system.check_backend_requirements, frozenset({_P}), 10, None),
+    ("core.conflicts", "Installed requirements agree", system.check_conflicts, frozenset({_P}), 20, None),
+    ("core.compromised", "Known-compromised releases", system.check_compromised, frozenset({_P, _SEC}), 10, None),
+    ("core.tmpdir", "TMPDIR usable", storage.check_tmpdir, frozenset({_P}), 5, None),
+    ("core.socket-paths", "Socket paths fit AF_UNIX", storage.check_socket_paths, frozenset({_P}), 5, None),
+    ("core.disk", "Free disk space", storage.check_disk, frozenset({_P}), 10, None),
+    ("core.output-dir", "Output directory writable", storage.check_output_dir, frozenset({_P}), 5, None),
+    ("core.hf-env", "Hugging Face settings", storage.check_hf_env, frozenset({_P}), 5, None),
+    ("core.env-vars", "Obsolete or debugging variables", storage.check_leftover_env, frozenset({_P}), 5, None),
+    ("core.gpus", "GPUs visible", gpu.check_gpus, frozenset({_P, _GPU}), 25, None),
+    ("core.gpu-memory", "GPU memory held by other processes", gpu.check_gpu_memory, frozenset({_P, _GPU}), 45, None),
+    ("core.cuda-driver", "torch CUDA build vs driver", gpu.check_cuda_driver, frozenset({_P, _GPU}), 25, None),
+    ("core.nccl", "NCCL library matches pip metadata", libs.check_nccl, frozenset({_P, _GPU}), 40, None),
+    ("core.flashinfer", "flashinfer versions agree", libs.check_flashinfer, frozenset({_P, _GPU}), 5, None),
+    ("core.gdn-kernels", "GatedDeltaNet kernel toolchain", libs.check_gdn_kernels, frozenset({_GPU}), 45, None),
+    ("core.stale-ray", "Leftover Ray processes", libs.check_stale_ray, frozenset({_GPU}), 10, None),
+    ("core.torch", "torch imports", gpu.check_torch, frozenset({_SLOW, _GPU}), 120, None),
+    ("core.flash-attn", "flash-attn loads against torch", libs.check_flash_attn, frozenset({_SLOW, _GPU}), 120, None),
+    ("core.vllm", "vLLM extension loads", libs.check_vllm, frozenset({_SLOW, _GPU}), 120, None),
+    ("core.caches", "Cache sizes", storage.check_caches, frozenset({_SLOW}), 30, None),
+)
 
 
-def _python_version(_: CheckContext) -> CheckResult:
-    version = ".".join(map(str, sys.version_info[:3]))
-    if sys.version_info < (3, 11):
-        return CheckResult("fail", f"Python {version} is too old", fix="Use Python 3.11 or newer.")
-    return CheckResult("ok", f"Python {version}")
+def core_checks() -> list[CheckSpec]:
+    """The core :class:`CheckSpec` objects (also used by tests and docs)."""
+    return [
+        CheckSpec(id=cid, title=title, run=run, tags=tags, timeout=timeout, applies=applies,
+                  docs=f"{_DOCS}#{cid.replace('.', '')}")
+        for cid, title, run, tags, timeout, applies in _CHECKS
+    ]
 
 
 @hookimpl
 def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
-    register(CheckSpec("core.python", "Python version", _python_version, tags=frozenset({"preflight"})))
+    for spec in core_checks():
+        register(spec)

@@ -1,0 +1,239 @@
+"""Checks of the Python environment: interpreter, plugins, requirements, conflicts, bad releases.
+
+Everything here reads installed-distribution metadata; nothing imports a training library.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import metadata
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from thub.specs import CheckContext, CheckResult
+from thub_builtins.checks._util import fail, ok, quote, skip, warn
+
+MIN_PYTHON = (3, 11)
+
+#: Releases known to be malicious: canonical name -> {version: why}. A hit is always a failure.
+KNOWN_COMPROMISED: dict[str, dict[str, str]] = {
+    "litellm": {
+        "1.82.7": "TeamPCP supply-chain attack (March 2026): harvests credentials at import time",
+        "1.82.8": "TeamPCP supply-chain attack (March 2026): harvests credentials at import time",
+    },
+}
+
+
+def pip_install(*requirements: str) -> str:
+    """A copy-pasteable install command for the interpreter running thub."""
+    args = " ".join(quote(r) for r in requirements)
+    if shutil.which("uv"):
+        return f"uv pip install --python {quote(sys.executable)} {args}"
+    return f"{quote(sys.executable)} -m pip install {args}"
+
+
+def check_python(_: CheckContext) -> CheckResult:
+    version = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info < MIN_PYTHON:
+        return fail(
+            f"Python {version} is too old; thub needs {'.'.join(map(str, MIN_PYTHON))} or newer",
+            "uv venv --python 3.12 .venv && uv pip install --python .venv thub",
+            anchor="corepython",
+        )
+    return ok(f"Python {version} ({sys.executable})")
+
+
+def check_plugins(_: CheckContext) -> CheckResult:
+    from thub.manager import get_registry
+
+    registry = get_registry()
+    loaded = len(registry.plugins)
+    if not registry.failures:
+        return ok(f"{loaded} plugins loaded", [f"{name}" for name in registry.plugins])
+    details = [
+        f"{f.name} ({f.distribution or 'built-in'} {f.version or ''}".rstrip() + f") failed at {f.stage}: {f.error}"
+        for f in registry.failures
+    ]
+    names = sorted({f.name for f in registry.failures})
+    dists = sorted({f.distribution for f in registry.failures if f.distribution})
+    fix_lines = []
+    if dists:
+        fix_lines.append(pip_install("--force-reinstall", *dists) + "   # reinstall the broken plugin(s)")
+    fix_lines.append(f"export THUB_DISABLE_PLUGINS={','.join(names)}   # or run without them meanwhile")
+    return fail(
+        f"{len(names)} plugin(s) failed to load: {', '.join(names)} ({loaded} loaded)",
+        "\n".join(fix_lines),
+        details,
+        anchor="coreplugins",
+    )
+
+
+def check_backend_requirements(context: CheckContext) -> CheckResult:
+    from thub.manager import get_registry
+    from thub.selection import cuda_visible, missing_requirements
+
+    registry = get_registry()
+    if context.backend is not None:
+        if context.backend not in registry.backends:
+            return fail(f"backend {context.backend!r} is not installed",
+                        "thub backends   # lists installed backends", anchor="corebackend-requirements")
+        backends = [registry.backends[context.backend]]
+    else:
+        backends = sorted(registry.backends.values(), key=lambda b: b.name)
+    if not backends:
+        return skip("no backend installed", ["install one, e.g. `thub install trl`"])
+    problems: dict[str, list[str]] = {}
+    missing_specs: list[str] = []
+    separate: list[str] = []
+    for backend in backends:
+        if backend.python:
+            # Its requirements live in its own managed environment, not in this interpreter.
+            separate.append(f"{backend.name}: runs in {backend.python} (checked there)")
+            continue
+        found = missing_requirements(backend)
+        if backend.needs_cuda and not cuda_visible():
+            found.append("needs an NVIDIA GPU and none is visible here")
+        if found:
+            problems[backend.name] = found
+            missing_specs.extend(s for s, p in zip(backend.requirements, _problems(backend.requirements)) if p)
+    details = [f"{name}: {problem}" for name, found in problems.items() for problem in found] + separate
+    if not problems:
+        names = ", ".join(b.name for b in backends)
+        return ok(f"requirements of {names} satisfied", details)
+    fix = pip_install(*dict.fromkeys(missing_specs)) if missing_specs else "run on a machine with an NVIDIA GPU"
+    summary = f"unsatisfied requirements: {', '.join(problems)}"
+    # With --backend (and before `thub train`) the chosen backend cannot run: a failure. Without,
+    # an installed-but-unusable backend is fine as long as nobody picks it.
+    if context.backend is not None:
+        return fail(summary, fix, details, anchor="corebackend-requirements")
+    return warn(summary, fix, details, anchor="corebackend-requirements")
+
+
+def _problems(specs: tuple[str, ...]) -> list[str | None]:
+    from thub.selection import requirement_problem
+
+    return [requirement_problem(spec) for spec in specs]
+
+
+@dataclass(frozen=True)
+class _Dist:
+    name: str
+    version: str
+    dist: metadata.Distribution
+
+
+def _installed() -> tuple[dict[str, _Dist], list[str]]:
+    """First distribution per canonical name in ``sys.path`` order (what imports see), and
+    duplicates (several ``.dist-info`` of one name, a classic stale-install leftover)."""
+    found: dict[str, _Dist] = {}
+    duplicates: list[str] = []
+    for dist in metadata.distributions():
+        raw = dist.metadata.get("Name")
+        if not raw:
+            continue
+        name = canonicalize_name(raw)
+        if name in found:
+            if found[name].version != dist.version:
+                duplicates.append(f"{raw}: {found[name].version} and {dist.version} are both installed")
+            continue
+        found[name] = _Dist(raw, dist.version, dist)
+    return found, duplicates
+
+
+def _thub_related(name: str, context: CheckContext) -> bool:
+    if context.backend is None:
+        return name == "thub" or name.startswith("thub-plugin-")
+    from thub.manager import get_registry
+
+    backend = get_registry().backends.get(context.backend)
+    owner = backend.provenance.distribution if backend else None
+    return name == "thub" or (owner is not None and canonicalize_name(owner) == name)
+
+
+def _requirement_conflicts(installed: dict[str, _Dist], context: CheckContext) -> Iterator[tuple[bool, str, str]]:
+    """(involves thub, message, requirement to install) for each unsatisfied requirement."""
+    for name, info in installed.items():
+        related = _thub_related(name, context)
+        extras = info.dist.metadata.get_all("Provides-Extra") or []
+        for text in info.dist.requires or []:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            gated = req.marker is not None and "extra" in str(req.marker)
+            if gated:
+                # Extras are checked for thub's own distributions only (the training library is
+                # often an extra of its plugin), and only when the extra's dependency is there.
+                if not related or not any(req.marker.evaluate({"extra": e}) for e in extras):
+                    continue
+            elif req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            target = installed.get(canonicalize_name(req.name))
+            if target is None:
+                if not gated:
+                    yield related, f"{info.name} {info.version} requires {req}, which is not installed", str(req)
+                continue
+            if req.specifier and not req.specifier.contains(target.version, prereleases=True):
+                yield (
+                    related,
+                    f"{info.name} {info.version} requires {req.name}{req.specifier}, "
+                    f"but {target.name} {target.version} is installed",
+                    f"{req.name}{req.specifier}",
+                )
+
+
+def check_conflicts(context: CheckContext) -> CheckResult:
+    installed, duplicates = _installed()
+    conflicts = list(_requirement_conflicts(installed, context))
+    ours = [c for c in conflicts if c[0]]
+    details = [message for _, message, _ in sorted(conflicts, key=lambda c: not c[0])] + duplicates
+    if ours:
+        return fail(
+            f"{len(ours)} requirement(s) of thub or its plugins are not satisfied",
+            pip_install(*dict.fromkeys(req for _, _, req in ours))
+            + "\n# if two plugins need opposite pins, install one of them into its own managed "
+            "environment (`thub install BACKEND`, see docs/cli.md)",
+            details,
+            anchor="coreconflicts",
+        )
+    if conflicts or duplicates:
+        fix_parts = []
+        if conflicts:
+            fix_parts.append(pip_install(*dict.fromkeys(req for _, _, req in conflicts)))
+        if duplicates:
+            site = next(iter(p for p in sys.path if p.endswith("site-packages")), "site-packages")
+            fix_parts.append(f"ls -d {quote(site)}/*.dist-info   # remove the stale duplicate, then reinstall it")
+        return warn(
+            f"{len(conflicts)} conflicting requirement(s) and {len(duplicates)} duplicate install(s) "
+            "outside thub",
+            "\n".join(fix_parts),
+            details,
+            anchor="coreconflicts",
+        )
+    return ok(f"{len(installed)} distributions, no conflicting requirements")
+
+
+def check_compromised(_: CheckContext) -> CheckResult:
+    hits: list[tuple[str, str, str]] = []
+    for dist in metadata.distributions():
+        raw = dist.metadata.get("Name") or ""
+        bad = KNOWN_COMPROMISED.get(canonicalize_name(raw), {})
+        if dist.version in bad:
+            hits.append((raw, dist.version, bad[dist.version]))
+    if not hits:
+        return ok(f"none of {sum(len(v) for v in KNOWN_COMPROMISED.values())} known-compromised releases installed")
+    safe = []
+    for name, version, _ in hits:
+        lowest_bad = min(KNOWN_COMPROMISED[canonicalize_name(name)], key=lambda v: tuple(map(int, v.split("."))))
+        safe.append(f"{name}<{lowest_bad}")
+    return fail(
+        "known-compromised release installed: " + ", ".join(f"{n} {v}" for n, v, _ in hits),
+        pip_install(*safe) + "\n# then rotate every credential this environment could read "
+        "(HF/W&B tokens, cloud keys, ~/.ssh): these releases steal them at import time",
+        [f"{n} {v}: {why}" for n, v, why in hits],
+        anchor="corecompromised",
+    )

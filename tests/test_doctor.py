@@ -1,0 +1,551 @@
+"""``thub doctor``: the runner, the CLI contract, and every core check against fabricated
+environments (fake nvidia-smi, fake distributions in a temporary site-packages, a long TMPDIR,
+a fake libnccl.so exporting ncclGetVersion) as well as against this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from thub import hookimpl
+from thub.cli.main import cli
+from thub.doctor import blocking, format_problems, make_context, preflight, run_checks, select_checks
+from thub.doctor.render import REPORT_SCHEMA, SCHEMA_VERSION
+from thub.errors import UsageError
+from thub.manager import Registry, get_registry, load_registry, set_registry
+from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec
+
+# ---------------------------------------------------------------------------------------------
+# fixtures
+
+
+def _sleep_check(seconds: float) -> Callable[[CheckContext], CheckResult]:
+    def run(_: CheckContext) -> CheckResult:
+        time.sleep(seconds)
+        return CheckResult("ok", f"slept {seconds}")
+
+    return run
+
+
+def _boom(_: CheckContext) -> CheckResult:
+    raise RuntimeError("kaboom")
+
+
+class FakePlugin:
+    """Registers a backend and checks with every kind of outcome."""
+
+    @hookimpl
+    def thub_register_backends(self, register):  # type: ignore[no-untyped-def]
+        register(BackendSpec("fakebe", "fake backend", {"sft": frozenset()}, "nowhere:run",
+                             requirements=("thub-surely-not-installed>=1",)))
+        register(BackendSpec("otherbe", "other backend", {"sft": frozenset()}, "nowhere:run"))
+
+    @hookimpl
+    def thub_register_checks(self, register):  # type: ignore[no-untyped-def]
+        register(CheckSpec("fake.ok", "Fine", lambda c: CheckResult("ok", "all good"),
+                           tags=frozenset({"preflight"})))
+        register(CheckSpec("fake.warn", "Meh", lambda c: CheckResult("warn", "so-so", fix="echo fix-warn"),
+                           tags=frozenset({"faketag"})))
+        register(CheckSpec("fake.fail", "Broken", lambda c: CheckResult("fail", "broken", ("a detail",),
+                                                                         fix="echo fix-fail"),
+                           tags=frozenset({"failtag"})))
+        register(CheckSpec("fake.crash", "Crashes", _boom, tags=frozenset({"crashtag"})))
+        register(CheckSpec("fake.hang", "Hangs", _sleep_check(30), tags=frozenset({"hangtag"}), timeout=0.3))
+        register(CheckSpec("fake.na", "Not here", lambda c: CheckResult("ok", "never"),
+                           applies=lambda c: False, tags=frozenset({"natag"})))
+        register(CheckSpec("fake.backend-only", "Only for otherbe", lambda c: CheckResult("ok", "x"),
+                           tags=frozenset({"preflight"}), backends=frozenset({"otherbe"})))
+
+
+@pytest.fixture
+def fake_registry() -> Iterator[Registry]:
+    registry = load_registry(extra_plugins=[("fakeplugin", FakePlugin())])
+    set_registry(registry)
+    try:
+        yield registry
+    finally:
+        set_registry(None)
+
+
+@pytest.fixture
+def real_registry() -> Iterator[Registry]:
+    set_registry(None)
+    try:
+        yield get_registry()
+    finally:
+        set_registry(None)
+
+
+def doctor(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(cli, ["doctor", *args], env=env, catch_exceptions=False)
+
+
+def run_core(check_id: str, env: dict[str, str] | None = None, **context: str) -> CheckResult:
+    """Run one core check through the runner with a fabricated environment."""
+    spec = get_registry().checks[check_id]
+    base = dict(os.environ)
+    base.update(env or {})
+    (outcome,) = run_checks([spec], make_context(env=base, **context))
+    return outcome.result
+
+
+# ---------------------------------------------------------------------------------------------
+# runner
+
+
+def test_crashing_check_becomes_error(fake_registry: Registry) -> None:
+    (outcome,) = run_checks([fake_registry.checks["fake.crash"]])
+    assert outcome.status == "error"
+    assert "RuntimeError: kaboom" in outcome.result.summary
+    assert outcome.result.fix and "bug in the check" in outcome.result.fix
+    assert any("kaboom" in line for line in outcome.result.details)
+
+
+def test_check_past_its_timeout_becomes_error(fake_registry: Registry) -> None:
+    started = time.perf_counter()
+    hang, ok = run_checks([fake_registry.checks["fake.hang"], fake_registry.checks["fake.ok"]])
+    assert time.perf_counter() - started < 5
+    assert hang.status == "error" and "timed out after 0.3 s" in hang.result.summary
+    assert ok.status == "ok"
+
+
+def test_checks_run_concurrently() -> None:
+    specs = [CheckSpec(f"t.s{i}", "sleep", _sleep_check(0.4)) for i in range(6)]
+    started = time.perf_counter()
+    outcomes = run_checks(specs, max_workers=8)
+    assert time.perf_counter() - started < 2.0  # sequentially 2.4 s
+    assert [o.id for o in outcomes] == [s.id for s in specs]  # order kept
+    assert all(o.duration_ms >= 350 for o in outcomes)
+
+
+def test_applies_false_is_skip_and_bad_results_are_errors() -> None:
+    def bad_applies(_: CheckContext) -> bool:
+        raise ValueError("nope")
+
+    specs = [
+        CheckSpec("t.na", "na", lambda c: CheckResult("ok", "x"), applies=lambda c: False),
+        CheckSpec("t.badapplies", "x", lambda c: CheckResult("ok", "x"), applies=bad_applies),
+        CheckSpec("t.notresult", "x", lambda c: "ok"),  # type: ignore[arg-type,return-value]
+        CheckSpec("t.badstatus", "x", lambda c: CheckResult("great", "x")),  # type: ignore[arg-type]
+    ]
+    na, bad_applies_outcome, not_result, bad_status = run_checks(specs)
+    assert na.status == "skip"
+    assert bad_applies_outcome.status == "error" and "applies()" in bad_applies_outcome.result.summary
+    assert not_result.status == "error" and "str" in not_result.result.summary
+    assert bad_status.status == "error" and "great" in bad_status.result.summary
+
+
+def test_select_checks(fake_registry: Registry) -> None:
+    checks = fake_registry.checks
+    assert [s.id for s in select_checks(checks, ids=["fake.ok"])] == ["fake.ok"]
+    assert {s.id for s in select_checks(checks, ids=["fake.*"])} >= {"fake.ok", "fake.crash"}
+    assert {s.id for s in select_checks(checks, tags=["faketag", "failtag"])} == {"fake.warn", "fake.fail"}
+    by_backend = {s.id for s in select_checks(checks, backend="fakebe")}
+    assert "fake.backend-only" not in by_backend and "fake.ok" in by_backend
+    assert "fake.backend-only" in {s.id for s in select_checks(checks, backend="otherbe")}
+    with pytest.raises(UsageError, match="did you mean 'fake.fail'"):
+        select_checks(checks, ids=["fake.fial"])
+
+
+def test_preflight_runs_preflight_checks_of_the_backend(fake_registry: Registry) -> None:
+    outcomes = preflight("fakebe", None)
+    ids = {o.id for o in outcomes}
+    assert "fake.ok" in ids and "core.python" in ids
+    assert "fake.backend-only" not in ids and "fake.fail" not in ids
+    assert all("preflight" in o.tags for o in outcomes)
+    # fakebe needs a distribution that is not installed: the requirement check blocks the run
+    req = next(o for o in outcomes if o.id == "core.backend-requirements")
+    assert req.status == "fail" and "thub-surely-not-installed" in (req.result.fix or "")
+    assert req in blocking(outcomes)
+    assert "core.backend-requirements" in format_problems(outcomes)
+    assert "fake.backend-only" in {o.id for o in preflight("otherbe", None)}
+    assert "fake.backend-only" not in {o.id for o in preflight(None, None)}
+
+
+def test_preflight_does_not_import_torch() -> None:
+    code = textwrap.dedent("""
+        import sys
+        from thub.doctor import preflight
+        preflight("trl", None)
+        print("torch" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI contract
+
+
+def test_doctor_on_this_machine(real_registry: Registry) -> None:
+    result = doctor("--json")
+    data = json.loads(result.stdout)
+    jsonschema.validate(data, REPORT_SCHEMA)
+    by_id = {c["id"]: c for c in data["checks"]}
+    assert by_id["core.python"]["status"] == "ok"
+    assert not [c for c in data["checks"] if c["status"] == "error"], data
+    if shutil.which("nvidia-smi") is None:
+        assert by_id["core.gpus"]["status"] == "skip" and "nvidia-smi" in by_id["core.gpus"]["summary"]
+    assert all(c["fix"] for c in data["checks"] if c["status"] in ("warn", "fail"))
+    assert result.exit_code == data["exit_code"] == (1 if data["summary"]["fail"] else 0)
+
+
+def test_human_output_groups_summarises_and_lists_fixes(fake_registry: Registry) -> None:
+    result = doctor("fake.*", "core.python")
+    assert result.exit_code == 1
+    err = result.stderr
+    assert "core" in err and "fakeplugin" in err
+    assert "✓ Python version" in err and "✗ Broken: broken" in err and "! Meh: so-so" in err
+    assert "– Not here" in err
+    assert "8 checks: 3 ok, 1 warning, 1 failed, 2 errors, 1 skipped" in err
+    assert "Fixes" in err and "echo fix-fail" in err and "echo fix-warn" in err
+    assert err.index("core") < err.index("fakeplugin")
+    assert result.stdout == ""
+
+
+def test_json_schema_and_nothing_but_json_on_stdout(fake_registry: Registry) -> None:
+    result = doctor("fake.*", "--json")
+    data = json.loads(result.stdout)
+    jsonschema.validate(data, REPORT_SCHEMA)
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert data["exit_code"] == result.exit_code == 1 and data["ok"] is False
+    statuses = {c["id"]: c["status"] for c in data["checks"]}
+    assert statuses["fake.crash"] == "error" and statuses["fake.hang"] == "error"
+    assert statuses["fake.na"] == "skip"
+    assert "Fixes" not in result.stdout
+
+
+def test_exit_codes_and_strict(fake_registry: Registry) -> None:
+    assert doctor("fake.ok").exit_code == 0
+    assert doctor("fake.warn").exit_code == 0
+    assert doctor("fake.warn", "--strict").exit_code == 1
+    assert doctor("fake.fail").exit_code == 1
+    assert doctor("fake.crash").exit_code == 1
+    unknown = doctor("fake.fial")
+    assert unknown.exit_code == 2 and "did you mean 'fake.fail'" in unknown.stderr
+    assert doctor("--backend", "fakbe").exit_code == 2
+    assert doctor("--tag", "no-such-tag").exit_code == 2
+
+
+def test_list_checks(fake_registry: Registry) -> None:
+    result = doctor("--list-checks")
+    assert result.exit_code == 0
+    for check_id in ("core.python", "core.socket-paths", "core.gpu-memory", "fake.hang"):
+        assert check_id in result.stderr
+    data = json.loads(doctor("--list-checks", "--json").stdout)
+    ids = [c["id"] for c in data["checks"]]
+    assert ids.index("core.python") < ids.index("core.torch")  # slow checks after quick ones
+    assert ids.index("core.torch") < ids.index("fake.ok")  # core first
+    assert {"id", "title", "plugin", "tags", "backends", "timeout"} <= set(data["checks"][0])
+
+
+def test_tag_backend_and_exclude(fake_registry: Registry) -> None:
+    data = json.loads(doctor("--tag", "faketag", "--json").stdout)
+    assert [c["id"] for c in data["checks"]] == ["fake.warn"]
+    data = json.loads(doctor("--tag", "preflight", "--backend", "otherbe", "--json").stdout)
+    ids = {c["id"] for c in data["checks"]}
+    assert "fake.backend-only" in ids and "core.torch" not in ids and data["backend"] == "otherbe"
+    data = json.loads(doctor("--exclude-tag", "slow", "--exclude-tag", "hangtag", "--json").stdout)
+    assert not any("slow" in c["tags"] for c in data["checks"])
+
+
+def test_timeout_option_overrides(fake_registry: Registry) -> None:
+    data = json.loads(doctor("fake.ok", "fake.hang", "--timeout", "0.1", "--json").stdout)
+    assert {c["id"]: c["status"] for c in data["checks"]} == {"fake.ok": "ok", "fake.hang": "error"}
+
+
+def test_doctor_and_help_do_not_import_torch() -> None:
+    code = textwrap.dedent("""
+        import sys
+        from click.testing import CliRunner
+        from thub.cli.main import cli
+        r = CliRunner().invoke(cli, ["doctor", "--tag", "preflight", "--json"])
+        assert r.exit_code in (0, 1), r.output
+        r = CliRunner().invoke(cli, ["--help"])
+        assert r.exit_code == 0
+        print("torch" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_plugin_failures_are_named(tmp_path: Path) -> None:
+    class Broken:
+        @hookimpl
+        def thub_register_checks(self, register):  # type: ignore[no-untyped-def]
+            raise RuntimeError("registration exploded")
+
+    set_registry(load_registry(extra_plugins=[("brokenplug", Broken())]))
+    try:
+        result = doctor("core.plugins", "--json")
+        data = json.loads(result.stdout)
+        check = data["checks"][0]
+        assert result.exit_code == 1 and check["status"] == "fail"
+        assert "brokenplug" in check["summary"] and "THUB_DISABLE_PLUGINS=brokenplug" in check["fix"]
+        assert data["plugin_failures"][0]["name"] == "brokenplug"
+    finally:
+        set_registry(None)
+
+
+# ---------------------------------------------------------------------------------------------
+# core checks against fabricated environments
+
+
+def test_long_tmpdir_fails_socket_check(real_registry: Registry, tmp_path: Path) -> None:
+    long_dir = tmp_path / ("d" * max(1, 120 - len(str(tmp_path)) - 1))
+    long_dir.mkdir()
+    assert len(str(long_dir)) == 120
+    result = doctor("core.socket-paths", "core.tmpdir", "--json", env={"TMPDIR": str(long_dir)})
+    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
+    assert result.exit_code == 1
+    assert checks["core.socket-paths"]["status"] == "fail"
+    assert "export TMPDIR=/tmp/thub-tmp" in checks["core.socket-paths"]["fix"]
+    assert checks["core.tmpdir"]["status"] == "ok"
+    assert run_core("core.socket-paths", {"TMPDIR": "/tmp"}).status == "ok"
+    ray = run_core("core.socket-paths", {"TMPDIR": "/tmp", "RAY_TMPDIR": "/" + "r" * 60})
+    assert ray.status == "fail" and "RAY_TMPDIR" in ray.summary
+
+
+def test_missing_tmpdir_fails(real_registry: Registry, tmp_path: Path) -> None:
+    result = run_core("core.tmpdir", {"TMPDIR": str(tmp_path / "nope")})
+    assert result.status == "fail" and "falls back to /tmp" in result.summary
+    assert result.fix == f"mkdir -p {tmp_path / 'nope'}"
+
+
+def test_output_dir(real_registry: Registry, tmp_path: Path) -> None:
+    assert run_core("core.output-dir", output_dir=str(tmp_path / "new" / "run")).status == "ok"
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    bad = run_core("core.output-dir", output_dir=str(blocker / "run"))
+    assert bad.status == "fail" and "not a directory" in bad.summary and bad.fix
+    assert run_core("core.output-dir").status == "skip"
+
+
+def test_low_disk_space(real_registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.statvfs
+
+    def tiny(path):  # type: ignore[no-untyped-def]
+        result = real(path)
+        return os.statvfs_result((result.f_bsize, 4096, 1_000_000, 1000, 100, 0, 0, 0, 0, 255))
+
+    monkeypatch.setattr(os, "statvfs", tiny)
+    result = run_core("core.disk", {"TMPDIR": str(tmp_path)}, output_dir=str(tmp_path / "out"))
+    assert result.status == "fail" and "TMPDIR" in result.summary
+    assert "export TMPDIR=" in (result.fix or "")
+    monkeypatch.setattr(os, "statvfs", real)
+    assert run_core("core.disk", {"TMPDIR": str(tmp_path)}).status in ("ok", "warn")
+
+
+def test_hf_env(real_registry: Registry, tmp_path: Path) -> None:
+    base = {"HF_HOME": str(tmp_path / "hf")}
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_CACHE",
+                 "TRANSFORMERS_CACHE", "HF_HUB_ENABLE_HF_TRANSFER", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        base[name] = ""
+    clean = {k: v for k, v in base.items() if v}
+
+    def check(**extra: str) -> CheckResult:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_", "HUGGING"))}
+        env.update(clean, **extra)
+        spec = get_registry().checks["core.hf-env"]
+        return run_checks([spec], make_context(env=env))[0].result
+
+    assert check().status == "ok"
+    offline = check(HF_HUB_OFFLINE="1")
+    assert offline.status == "warn" and "holds no models" in offline.summary
+    (tmp_path / "hf" / "hub" / "models--org--m").mkdir(parents=True)
+    assert check(HF_HUB_OFFLINE="1").status == "ok"
+    disagree = check(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="0")
+    assert disagree.status == "warn" and "disagree" in disagree.summary
+    deprecated = check(TRANSFORMERS_CACHE=str(tmp_path))
+    assert deprecated.status == "warn" and "HF_HUB_CACHE" in (deprecated.fix or "")
+
+
+def test_leftover_env_vars(real_registry: Registry) -> None:
+    result = run_core("core.env-vars", {"VLLM_USE_V1": "0"})
+    assert result.status == "warn" and result.fix == "unset VLLM_USE_V1"
+
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *query-gpu*) printf '%s\\n' \
+      "0, GPU-aaaa, NVIDIA H100 80GB HBM3, 79000, 81559, 9.0" \
+      "1, GPU-bbbb, NVIDIA H100 80GB HBM3, 3, 81559, 9.0" ;;
+  *query-compute-apps*) printf '%s\\n' "4242, GPU-aaaa, 78000, python" ;;
+  *) printf '%s\\n' "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2 |" ;;
+esac
+"""
+
+BROKEN_SMI = """#!/bin/sh
+echo "Failed to initialize NVML: Driver/library version mismatch"
+echo "NVML library version: 550.54"
+exit 18
+"""
+
+
+def _fake_tool(directory: Path, name: str, script: str) -> dict[str, str]:
+    directory.mkdir(exist_ok=True)
+    tool = directory / name
+    tool.write_text(script)
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{directory}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def test_fake_nvidia_smi_gpus_and_memory(real_registry: Registry, tmp_path: Path) -> None:
+    env = _fake_tool(tmp_path / "bin", "nvidia-smi", FAKE_SMI)
+    gpus = run_core("core.gpus", env)
+    assert gpus.status == "ok" and "2 GPU(s) visible" in gpus.summary
+    memory = run_core("core.gpu-memory", env)
+    assert memory.status == "warn" and "4242" in memory.summary
+    assert "kill 4242" in (memory.fix or "") and "ps -o pid" in (memory.fix or "")
+    assert any("78000 MiB on GPU 0" in d for d in memory.details)
+    only_second = run_core("core.gpu-memory", {**env, "CUDA_VISIBLE_DEVICES": "1"})
+    assert only_second.status == "ok"
+    hidden = run_core("core.gpus", {**env, "CUDA_VISIBLE_DEVICES": "0,7"})
+    assert hidden.status == "warn" and "'7' is no GPU here" in hidden.summary
+    assert hidden.fix and hidden.fix.startswith("export CUDA_VISIBLE_DEVICES=0,1")
+    # torch here is a CPU build (+cpu) or has no local label: either way nothing crashes
+    assert run_core("core.cuda-driver", env).status in ("ok", "warn", "skip")
+
+
+def test_nvml_mismatch_fails_with_reboot_fix(real_registry: Registry, tmp_path: Path) -> None:
+    env = _fake_tool(tmp_path / "bin", "nvidia-smi", BROKEN_SMI)
+    result = run_core("core.gpus", env)
+    assert result.status == "fail" and "Driver/library version mismatch" in result.summary
+    assert "reboot" in (result.fix or "")
+    assert run_core("core.gpu-memory", env).status == "skip"
+
+
+def test_torch_cuda_newer_than_driver(real_registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from thub_builtins.checks import gpu
+
+    env = _fake_tool(tmp_path / "bin", "nvidia-smi", FAKE_SMI)
+    monkeypatch.setattr(gpu, "dist_version", lambda name: "2.9.0+cu130" if name == "torch" else None)
+    monkeypatch.setattr(gpu, "torch_cuda_build", lambda: ("cuda", (13, 0)))
+    result = run_core("core.cuda-driver", env)
+    assert result.status == "fail" and "supports only CUDA 12.2" in result.summary
+    assert "download.pytorch.org/whl/cu122" in (result.fix or "")
+    monkeypatch.setattr(gpu, "torch_cuda_build", lambda: ("cuda", (12, 1)))
+    assert run_core("core.cuda-driver", env).status == "ok"
+    monkeypatch.setattr(gpu, "torch_cuda_build", lambda: ("cpu", None))
+    assert run_core("core.cuda-driver", env).status == "warn"
+
+
+def _fake_dist(site: Path, name: str, version: str, requires: tuple[str, ...] = (),
+               files: dict[str, bytes | str] | None = None, extras: tuple[str, ...] = ()) -> None:
+    """A distribution as pip leaves it: NAME-VERSION.dist-info with METADATA and RECORD."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    lines += [f"Provides-Extra: {e}" for e in extras] + [f"Requires-Dist: {r}" for r in requires]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+    record = [f"{info.name}/METADATA,,", f"{info.name}/RECORD,,"]
+    for rel, content in (files or {}).items():
+        path = site / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        record.append(f"{rel},,")
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty temporary site-packages at the front of sys.path."""
+    directory = tmp_path / "site-packages"
+    directory.mkdir()
+    monkeypatch.syspath_prepend(str(directory))
+    return directory
+
+
+def test_compromised_litellm(real_registry: Registry, site: Path) -> None:
+    assert run_core("core.compromised").status == "ok"
+    _fake_dist(site, "litellm", "1.82.7")
+    result = run_core("core.compromised")
+    assert result.status == "fail" and "litellm 1.82.7" in result.summary
+    assert "'litellm<1.82.7'" in (result.fix or "") and "rotate" in (result.fix or "")
+
+
+def test_flashinfer_mismatch(real_registry: Registry, site: Path) -> None:
+    assert run_core("core.flashinfer").status == "skip"
+    _fake_dist(site, "flashinfer-python", "0.6.4")
+    _fake_dist(site, "flashinfer-cubin", "0.6.8.post1")
+    result = run_core("core.flashinfer")
+    assert result.status == "fail" and "0.6.8.post1" in result.summary
+    assert "flashinfer-cubin==0.6.4" in (result.fix or "")
+
+
+def test_flashinfer_match(real_registry: Registry, site: Path) -> None:
+    _fake_dist(site, "flashinfer-python", "0.6.4")
+    _fake_dist(site, "flashinfer-cubin", "0.6.4")
+    _fake_dist(site, "flashinfer-jit-cache", "0.6.4+cu128")
+    assert run_core("core.flashinfer").status == "ok"
+
+
+def test_conflicting_requirements(real_registry: Registry, site: Path) -> None:
+    assert run_core("core.conflicts").status == "ok"
+    _fake_dist(site, "somelib", "1.0", requires=("numpy<1",))
+    outside = run_core("core.conflicts")
+    assert outside.status == "warn" and any("somelib 1.0 requires numpy<1" in d for d in outside.details)
+    _fake_dist(site, "thub-plugin-fake", "0.1", requires=("datasets<5", 'unsloth>=9; extra == "train"'),
+               extras=("train",))
+    ours = run_core("core.conflicts")
+    assert ours.status == "fail"
+    assert any("thub-plugin-fake 0.1 requires datasets<5" in d for d in ours.details)
+    assert "'datasets<5'" in (ours.fix or "")
+    assert not any("unsloth" in d for d in ours.details)  # an extra that is not installed is fine
+
+
+def test_flash_attn_built_against_other_torch(real_registry: Registry, site: Path) -> None:
+    _fake_dist(site, "flash-attn", "2.8.3", files={
+        "flash_attn_2_cuda.py": "raise ImportError('flash_attn_2_cuda.so: undefined symbol: _ZN3c104cuda9SetDeviceEi')\n",
+    })
+    result = run_core("core.flash-attn", {"PYTHONPATH": str(site)})
+    assert result.status == "fail" and "undefined symbol" in result.summary
+    assert "--no-build-isolation --force-reinstall" in (result.fix or "")
+    (site / "flash_attn_2_cuda.py").write_text("")
+    assert run_core("core.flash-attn", {"PYTHONPATH": str(site)}).status == "ok"
+
+
+FAKE_NCCL_C = "int ncclGetVersion(int *version) { *version = %d; return 0; }\n"
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler for the fake libnccl")
+@pytest.mark.parametrize(("code", "status"), [(22809, "fail"), (22705, "ok")])
+def test_nccl_library_vs_metadata(real_registry: Registry, site: Path, tmp_path: Path, code: int, status: str) -> None:
+    source = tmp_path / "nccl.c"
+    source.write_text(FAKE_NCCL_C % code)
+    library = tmp_path / "libnccl.so.2"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    _fake_dist(site, "nvidia-nccl-cu12", "2.27.5", files={"nvidia/nccl/lib/libnccl.so.2": library.read_bytes()})
+    result = run_core("core.nccl")
+    assert result.status == status, result
+    if status == "fail":
+        assert "NCCL 2.28.9" in result.summary and "pip says nvidia-nccl-cu12 2.27.5" in result.summary
+        assert "--force-reinstall nvidia-nccl-cu12==2.27.5" in (result.fix or "")
+
+
+def test_gdn_kernels_need_toolkit(real_registry: Registry, site: Path, tmp_path: Path) -> None:
+    _fake_dist(site, "flash-linear-attention", "0.4.0")
+    old = _fake_tool(tmp_path / "bin", "nvcc", "#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    result = run_core("core.gdn-kernels", {**old, "CUDA_HOME": ""})
+    assert result.status == "fail" and "12.4" in result.summary and "cuda-toolkit-12-8" in (result.fix or "")
+
+
+def test_backend_requirements_without_backend_warn(fake_registry: Registry) -> None:
+    result = run_core("core.backend-requirements")
+    assert result.status == "warn" and "fakebe" in result.summary
+    assert run_core("core.backend-requirements", backend="otherbe").status == "ok"
