@@ -1,0 +1,214 @@
+"""Real training runs on the tiny local model, on CPU: every algorithm, the run lifecycle,
+interrupt + resume, crash and hang handling, and two processes through torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from thub.runner.metrics import read_metrics
+
+pytestmark = pytest.mark.slow
+
+METRIC_FIELDS = ("step", "max_steps", "epoch", "timestamp", "learning_rate")
+
+
+def thub(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True,
+                          env=environ, timeout=timeout)
+
+
+def common(model: Path, data: Path, out: Path) -> list[str]:
+    return ["--backend", "trl", "--model-path", str(model), "--data-path", str(data), "--ckpt-output-dir", str(out)]
+
+
+def assert_finished_run(out: Path, status: str = "succeeded", reward: bool = False) -> dict[str, Any]:
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == status, result
+    record = json.loads((out / "thub_run.json").read_text())
+    assert record["versions"]["library"]["name"] == "trl" and record["versions"]["library"]["version"]
+    assert record["parameters"]["model_path"]["source"] == "flag --model-path"
+    lines = read_metrics(out / "training_metrics.jsonl")
+    assert lines, "no metrics written"
+    for line in lines:
+        assert all(field in line for field in METRIC_FIELDS), line
+        assert ("reward" if reward else "loss") in line
+        assert line["max_steps"] == lines[-1]["max_steps"]
+    assert [line["step"] for line in lines] == list(range(1, len(lines) + 1))
+    assert (out / "logs" / "train.log").stat().st_size > 0
+    return result
+
+
+def test_sft_loss_falls_and_final_model_saved(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sft"
+    done = thub("train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--learning-rate", "5e-3",
+                "--num-epochs", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    result = assert_finished_run(out)
+    assert json.loads(done.stdout)["status"] == "succeeded"  # --json prints result.json
+    lines = read_metrics(out / "training_metrics.jsonl")
+    assert lines[-1]["max_steps"] == 24 and len(lines) == 24
+    first, last = sum(l["loss"] for l in lines[:3]) / 3, sum(l["loss"] for l in lines[-3:]) / 3
+    assert last < first * 0.7, (first, last)
+    assert result["final_checkpoint"] == str(out / "final")
+    assert (out / "final" / "model.safetensors").exists() and (out / "final" / "tokenizer.json").exists()
+
+
+def test_refuses_to_overwrite_a_finished_run(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "done"
+    args = common(tiny_model, demo_data / "chat.jsonl", out) + ["--max-steps", "1"]
+    assert thub("train", "sft", *args).returncode == 0
+    again = thub("train", "sft", *args)
+    assert again.returncode == 2 and "holds a finished run" in again.stderr and "--overwrite" in again.stderr
+    assert thub("train", "sft", *args, "--overwrite").returncode == 0
+
+
+def test_assistant_only_labels_on_the_real_prepared_data(tiny_model: Path, demo_data: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from thub.data import load_dataset_rows, tokenize_chat
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    rows = load_dataset_rows(str(demo_data / "chat.jsonl"))[:8]
+    prepared, _stats = tokenize_chat(rows, tokenizer, 128)
+    for row, sample in zip(rows, prepared, strict=True):
+        expected = tokenizer.apply_chat_template(row["messages"], tokenize=True, return_dict=True,
+                                                 return_assistant_tokens_mask=True)
+        assert sample["input_ids"] == expected["input_ids"]
+        trained = [t for t, label in zip(sample["input_ids"], sample["labels"], strict=True) if label != -100]
+        assert trained == [t for t, m in zip(expected["input_ids"], expected["assistant_masks"], strict=True) if m]
+        assert trained and len(trained) < len(sample["input_ids"])
+
+
+def test_lora_sft_saves_an_adapter(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "lora"
+    done = thub("train", "lora_sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "4",
+                "--lora-r", "4", "--target-modules", "q_proj,v_proj")
+    assert done.returncode == 0, done.stderr
+    assert_finished_run(out)
+    config = json.loads((out / "final" / "adapter_config.json").read_text())
+    assert config["r"] == 4 and sorted(config["target_modules"]) == ["q_proj", "v_proj"]
+    assert (out / "final" / "adapter_model.safetensors").exists()
+    assert not (out / "final" / "model.safetensors").exists()
+
+
+def test_continued_pretraining_on_documents(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "pt"
+    done = thub("train", "sft", *common(tiny_model, demo_data / "documents.jsonl", out), "--is-pretraining",
+                "--block-size", "64", "--max-steps", "3", "--effective-batch-size", "4")
+    assert done.returncode == 0, done.stderr
+    assert_finished_run(out)
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "lora_grpo"])
+def test_grpo_with_builtin_reward(algorithm: str, tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / algorithm
+    done = thub("train", algorithm, *common(tiny_model, demo_data / "grpo.jsonl", out), "--max-steps", "2",
+                "--group-size", "4", "--prompt-batch-size", "2", "--max-tokens", "8", "--reward", "math",
+                "--learning-rate", "1e-4")
+    assert done.returncode == 0, done.stderr
+    assert_finished_run(out, reward=True)
+
+
+def _wait_for_steps(path: Path, steps: int, process: subprocess.Popen[str], timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if len(read_metrics(path)) >= steps:
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"run ended early: {process.stderr.read() if process.stderr else ''}")
+        time.sleep(0.05)
+    raise AssertionError("no progress")
+
+
+def test_sigterm_checkpoints_and_resume_continues_without_gaps(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "resume"
+    args = ["train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "150",
+            "--effective-batch-size", "2"]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    process = subprocess.Popen([sys.executable, "-m", "thub", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=environ)
+    _wait_for_steps(out / "training_metrics.jsonl", 5, process)
+    process.send_signal(signal.SIGTERM)
+    _stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    result = assert_finished_run(out, status="interrupted")
+    stopped_at = read_metrics(out / "training_metrics.jsonl")[-1]["step"]
+    assert stopped_at < 150
+    assert result["final_checkpoint"] == str(out / "checkpoints" / f"checkpoint-{stopped_at}")
+    assert "--resume" in stderr
+
+    resumed = thub(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert_finished_run(out)  # steps 1..150, each exactly once
+    lines = read_metrics(out / "training_metrics.jsonl")
+    assert len(lines) == 150 and lines[-1]["step"] == 150
+    assert json.loads((out / "thub_run.json").read_text())["resume_from"].endswith(f"checkpoint-{stopped_at}")
+
+
+def test_crash_reports_failed_with_root_cause(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    (tmp_path / "bad_reward.py").write_text(textwrap.dedent("""
+        def explode(prompts, completions, **kw):
+            raise ValueError("reward function exploded on purpose")
+    """))
+    out = tmp_path / "crash"
+    done = thub("train", "grpo", *common(tiny_model, demo_data / "grpo.jsonl", out), "--max-steps", "2",
+                "--group-size", "2", "--max-tokens", "4", "--reward", "bad_reward:explode",
+                env={"PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 1
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed"
+    assert result["error"] == "ValueError: reward function exploded on purpose"
+    assert any("bad_reward.py" in line for line in result["root_cause"])
+    assert "root cause" in done.stderr and "reward function exploded on purpose" in done.stderr
+
+
+def test_child_that_hangs_after_its_result_is_stopped(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    # a sitecustomize that makes only the training child (it has THUB_RUN_DIR) hang at exit
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, os, time\n"
+        "if os.environ.get('THUB_RUN_DIR'):\n"
+        "    atexit.register(lambda: time.sleep(600))\n"
+    )
+    out = tmp_path / "hang"
+    started = time.time()
+    done = thub("train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "1",
+                env={"PYTHONPATH": str(tmp_path), "THUB_EXIT_GRACE": "2"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = assert_finished_run(out)
+    assert "did not exit within 2 s" in result["note"]
+    assert time.time() - started < 90
+
+
+def test_two_processes_through_torchrun_log_once(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ddp"
+    done = thub("train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--nproc-per-node", "2",
+                "--max-steps", "3", "--effective-batch-size", "4")
+    assert done.returncode == 0, done.stderr
+    assert_finished_run(out)
+    assert len(read_metrics(out / "training_metrics.jsonl")) == 3
+    plan = json.loads((out / "thub_run.json").read_text())
+    assert plan["parameters"]["nproc_per_node"]["value"] == 2
+    log = (out / "logs" / "train.log").read_text()
+    assert "torch.distributed" in log or "world_size" in log.lower() or log.count("thub: prepared") == 2
+
+
+def test_bad_data_is_rejected_before_anything_is_written(tiny_model: Path, tmp_path: Path) -> None:
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n{"messages": [\n')
+    out = tmp_path / "never"
+    done = thub("train", "sft", *common(tiny_model, data, out))
+    assert done.returncode == 2
+    assert f"{data}:2" in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()
