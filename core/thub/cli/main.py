@@ -25,6 +25,12 @@ COMMANDS: dict[str, str] = {
     "env": "thub.cli.doctor:env",
     "data": "thub.cli.data:data",
     "runs": "thub.cli.runs:runs",
+    "estimate": "thub.cli.estimate:estimate",
+    "plot": "thub.cli.plot:plot",
+    "install": "thub.cli.install:install",
+    "uninstall": "thub.cli.install:uninstall",
+    "envs": "thub.cli.install:envs",
+    "clusters": "thub.cli.clusters:clusters",
 }
 
 
