@@ -1,0 +1,286 @@
+"""``thub data check|preview|stats|prepare``: see what will be trained on before any GPU is touched.
+
+A dataset is ``PATH`` or ``PATH:key=value,...`` with per-dataset settings (``format``,
+``role_tag``, ``content_tag``, ``user_tag``, ``assistant_tag``, ``system_tag``, ``messages``,
+``document_column``, ``prob``), given as arguments or with the repeatable ``--dataset``.
+Bad input exits 2 with ``file:line: field: expected X, found Y``; nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, table
+from thub.data.formats import FORMATS
+from thub.data.mixing import STRATEGIES
+from thub.data.tokenize import OVERLONG
+from thub.errors import UsageError
+
+_FORMAT_CHOICE = click.Choice(["auto", *FORMATS])
+
+
+def _dataset_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """DATA arguments, --dataset, --format, mixing options (shared by every data command)."""
+    for option in reversed([
+        click.argument("paths", nargs=-1, metavar="DATA..."),
+        click.option("--dataset", "-d", "datasets", multiple=True, metavar="SPEC",
+                     help="A dataset PATH[:key=value,...]; repeatable (same as DATA arguments)."),
+        click.option("--format", "data_format", type=_FORMAT_CHOICE, default="auto", show_default=True,
+                     help="Format of datasets that do not set their own (auto: detected from the first row)."),
+        click.option("--mix", "strategy", type=click.Choice(STRATEGIES), default="concat", show_default=True,
+                     help="How several datasets are combined."),
+        click.option("--probabilities", metavar="P1,P2,...", default=None,
+                     help="Interleave weights, one per dataset, in order."),
+        click.option("--seed", type=int, default=42, show_default=True, help="Seed of the interleave draw."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _sources(paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str) -> list[Any]:
+    from thub.data.formats import DatasetSource
+
+    specs = [*paths, *datasets]
+    if not specs:
+        raise UsageError("data: expected at least one dataset (DATA argument or --dataset), found none")
+    return [DatasetSource.parse(spec, default_format=data_format) for spec in specs]
+
+
+def _probabilities(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--probabilities: expected comma-separated numbers, found {text!r}") from None
+
+
+@click.group()
+def data() -> None:
+    """Validate, preview, measure and prepare training data.
+
+    \b
+    Examples:
+      thub data check train.jsonl extra.parquet
+      thub data check sharegpt.json:role_tag=role,content_tag=content --json
+      thub data preview --model ./model train.jsonl -n 2
+      thub data stats --model ./model train.jsonl --max-seq-len 4096
+      thub data prepare --model ./model a.jsonl b.jsonl --mix interleave_under \\
+          --probabilities 0.7,0.3 -o prepared.jsonl --num-proc 4
+
+    Docs: docs/data.md
+    """
+
+
+@data.command()
+@_dataset_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report on stdout.")
+def check(paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str, strategy: str,
+          probabilities: str | None, seed: int, as_json: bool) -> None:
+    """Validate datasets fast (no tokenizer): schema, roles, empty turns, trainable last turn."""
+    from thub.data.loading import load_source
+    from thub.data.mixing import mix_loaded
+    from thub.data.problems import Problems
+
+    sources = _sources(paths, datasets, data_format)
+    problems = Problems()
+    loaded = [load_source(source, problems) for source in sources]
+    report: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION, "ok": not problems,
+                              "sources": [{"path": item.source.path, "format": item.format, "rows": item.records,
+                                           "valid_rows": len(item.rows), "roles": dict(item.roles)}
+                                          for item in loaded],
+                              **problems.as_dict()}
+    if not problems:
+        kinds = {item.kind for item in loaded}
+        try:
+            if len(kinds) > 1:
+                raise UsageError("datasets: expected sources of one kind to mix, found "
+                                 + ", ".join(f"{i.source.label()} is {i.format}" for i in loaded))
+            rows, _ = mix_loaded(loaded, strategy, _probabilities(probabilities), seed)
+            report["mixed_rows"] = len(rows)
+        except UsageError as exc:
+            report.update(ok=False, error_count=1, errors=[{"location": "", "field": "", "message": str(exc)}])
+            if not as_json:
+                raise
+    if as_json:
+        emit_json(report)
+        if not report["ok"]:
+            raise SystemExit(2)
+        return
+    problems.raise_if_errors()
+    rows_ = [[item.source.path, item.format, str(len(item.rows)),
+              " ".join(f"{role}:{n}" for role, n in sorted(item.roles.items())) or "-"] for item in loaded]
+    table(None, ["dataset", "format", "rows", "messages per role"], rows_)
+    mixed = f"; {report['mixed_rows']} rows after {strategy}" if len(loaded) > 1 else ""
+    console().print(f"[green]ok[/green]: {sum(len(i.rows) for i in loaded)} valid rows{mixed}")
+
+
+def _load_mixed(sources: list[Any], strategy: str, probabilities: str | None,
+                seed: int) -> tuple[list[Any], list[dict[str, Any]], list[str]]:
+    from thub.data.loading import load_sources
+    from thub.data.mixing import mix_loaded
+
+    loaded = load_sources(sources)
+    rows, locations = mix_loaded(loaded, strategy, _probabilities(probabilities), seed)
+    return loaded, rows, locations
+
+
+def _tokenizer_and_template(model: str, need_template: bool) -> tuple[Any, Any]:
+    from thub.data.prepare import load_tokenizer
+    from thub.data.templates import ChatTemplate, check_template
+
+    tokenizer = load_tokenizer(model)
+    if not need_template:
+        return tokenizer, None
+    template = ChatTemplate(tokenizer)
+    problems = check_template(tokenizer, template)
+    if problems:
+        raise UsageError("\n".join(problems))
+    return tokenizer, template
+
+
+@data.command()
+@click.option("--model", "-m", required=True, help="Model (or tokenizer) directory whose chat template is used.")
+@_dataset_options
+@click.option("-n", "count", type=int, default=1, show_default=True, help="Examples shown per dataset.")
+@click.option("--max-seq-len", type=int, default=None, help="Show where samples would be cut.")
+@click.option("--unmask", is_flag=True, help="Train on every token (not only assistant turns).")
+@click.option("--json", "as_json", is_flag=True, help="Spans and counts as JSON on stdout.")
+def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str, strategy: str,
+            probabilities: str | None, seed: int, count: int, max_seq_len: int | None, unmask: bool,
+            as_json: bool) -> None:
+    """Render the first example(s) of each dataset with the model's chat template.
+
+    Trained tokens are shown in green, masked ones dimmed: check that exactly the assistant's
+    answers (and their end-of-turn marker) are trained.
+    """
+    from thub.data.loading import load_sources
+    from thub.data.preview import explain
+
+    loaded = load_sources(_sources(paths, datasets, data_format))
+    tokenizer, template = _tokenizer_and_template(model, loaded[0].kind in ("chat", "grpo"))
+    report = []
+    for item in loaded:
+        for row, location in list(zip(item.rows, item.locations, strict=True))[:count]:
+            report.append({"source": item.source.path, "location": location, "format": item.format,
+                           **explain(row, tokenizer, template, unmask=unmask, max_seq_len=max_seq_len)})
+    if as_json:
+        emit_json({"schema_version": JSON_SCHEMA_VERSION, "model": model, "examples": report})
+        return
+    from rich.text import Text
+
+    out = console()
+    for example in report:
+        out.rule(f"{example['location']} ({example['format']})")
+        text = Text()
+        for segment in example["segments"]:
+            text.append(segment["text"], style="bold green" if segment["trained"] else "dim")
+        out.print(text)
+        cut = " [yellow](truncated to max_seq_len)[/yellow]" if example["truncated"] else ""
+        out.print(f"[bold]{example['tokens']}[/bold] tokens, [green]{example['trained_tokens']} trained[/green]{cut}"
+                  "   legend: [bold green]trained[/bold green] [dim]masked[/dim]")
+        if example["trained_tokens"] == 0 and example["format"] != "grpo":
+            out.print("[red]warning:[/red] no trained token in this example: check roles and the chat template")
+
+
+@data.command()
+@_dataset_options
+@click.option("--model", "-m", default=None, help="Tokenize with this model's tokenizer for token counts.")
+@click.option("--max-seq-len", type=int, default=None, help="Count samples longer than this.")
+@click.option("--unmask", is_flag=True, help="Train on every token (not only assistant turns).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report on stdout.")
+def stats(paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str, strategy: str,
+          probabilities: str | None, seed: int, model: str | None, max_seq_len: int | None, unmask: bool,
+          as_json: bool) -> None:
+    """Counts per dataset; with --model, token lengths (p50/p90/p99/max) and trained tokens."""
+    from thub.data.tokenize import percentiles, tokenize_chat, tokenize_documents
+
+    loaded, rows, locations = _load_mixed(_sources(paths, datasets, data_format), strategy, probabilities, seed)
+    report: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION, "rows": len(rows), "strategy": strategy,
+                              "sources": [{"path": i.source.path, "format": i.format, "rows": len(i.rows),
+                                           "roles": dict(i.roles)} for i in loaded]}
+    kind = loaded[0].kind
+    if kind == "chat":
+        turns = [len(r["messages"]) for r in rows]
+        report["messages_per_row"] = percentiles(turns)
+    if model is not None and kind in ("chat", "document"):
+        tokenizer, template = _tokenizer_and_template(model, kind == "chat")
+        if kind == "chat":
+            _, tstats = tokenize_chat(rows, tokenizer, None, unmask=unmask, locations=locations, template=template)
+        else:
+            _, tstats = tokenize_documents(rows, tokenizer, None, locations=locations)
+        report["tokens"] = tstats.tokens
+        report["trained_tokens"] = tstats.trained_tokens
+        report["token_length"] = percentiles(tstats.lengths)
+        report["dropped_untrainable"] = tstats.dropped_untrainable
+        report["rejected_by_template"] = tstats.rejected_by_template
+        if max_seq_len is not None:
+            report["longer_than_max_seq_len"] = sum(1 for n in tstats.lengths if n > max_seq_len)
+        if tstats.trained_tokens == 0:
+            raise UsageError("data: expected trained tokens, found 0 after the chat template and loss mask; "
+                             "check roles and the template (thub data preview shows what is trained)")
+    if as_json:
+        emit_json(report)
+        return
+    table(None, ["dataset", "format", "rows"], [[s["path"], s["format"], str(s["rows"])] for s in report["sources"]])
+    lines = [f"rows: {report['rows']}" + (f" ({strategy})" if len(loaded) > 1 else "")]
+    if "messages_per_row" in report:
+        lines.append("messages per row: " + _pct(report["messages_per_row"]))
+    if "tokens" in report:
+        share = report["trained_tokens"] / report["tokens"] if report["tokens"] else 0.0
+        lines.append(f"tokens: {report['tokens']} ({report['trained_tokens']} trained, {share:.0%})")
+        lines.append("tokens per sample: " + _pct(report["token_length"]))
+        if "longer_than_max_seq_len" in report:
+            lines.append(f"longer than {max_seq_len}: {report['longer_than_max_seq_len']}")
+        for key in ("dropped_untrainable", "rejected_by_template"):
+            if report[key]:
+                lines.append(f"[yellow]{key.replace('_', ' ')}: {report[key]}[/yellow]")
+    for line in lines:
+        console().print(line)
+
+
+def _pct(values: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in values.items())
+
+
+@data.command()
+@click.option("--model", "-m", required=True, help="Model (or tokenizer) directory: chat template and tokenizer.")
+@_dataset_options
+@click.option("--output", "-o", required=True, help="Output file: .jsonl (input_ids/labels per line) or .parquet.")
+@click.option("--max-seq-len", type=int, default=None, help="Maximum tokens per sample.")
+@click.option("--overlong", type=click.Choice(OVERLONG), default="truncate", show_default=True,
+              help="Samples longer than --max-seq-len: cut, drop, or fail. Always reported with counts.")
+@click.option("--unmask", is_flag=True, help="Train on every token (not only assistant turns).")
+@click.option("--num-proc", type=int, default=1, show_default=True, help="Worker processes.")
+@click.option("--no-cache", is_flag=True, help="Prepare again even if the output matches data+tokenizer+settings.")
+@click.option("--json", "as_json", is_flag=True, help="Counts as JSON on stdout.")
+def prepare(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str, strategy: str,
+            probabilities: str | None, seed: int, output: str, max_seq_len: int | None, overlong: str,
+            unmask: bool, num_proc: int, no_cache: bool, as_json: bool) -> None:
+    """Apply the chat template, tokenize and build loss masks into a file backends read."""
+    import time
+
+    from thub.data.prepare import prepare as run_prepare
+
+    if num_proc < 1:
+        raise UsageError(f"--num-proc: expected 1 or more, found {num_proc}")
+    sources = _sources(paths, datasets, data_format)
+    start = time.perf_counter()
+    result = run_prepare(sources, model, output, max_seq_len=max_seq_len, overlong=overlong,
+                         strategy=strategy, probabilities=_probabilities(probabilities), seed=seed, unmask=unmask,
+                         num_proc=num_proc, use_cache=not no_cache)
+    seconds = time.perf_counter() - start
+    if as_json:
+        emit_json({"schema_version": JSON_SCHEMA_VERSION, "output": result.output, "cached": result.cached,
+                   "key": result.key, "seconds": round(seconds, 3), **result.stats.as_dict()})
+        return
+    out = console()
+    for line in result.stats.warnings():
+        out.print(f"[yellow]warning:[/yellow] {line}")
+    st = result.stats
+    how = "reused (cache hit)" if result.cached else f"written in {seconds:.1f}s"
+    out.print(f"[green]ok[/green]: {st.samples_out} samples, {st.tokens} tokens ({st.trained_tokens} trained) "
+              f"-> {result.output} {how}")

@@ -1,0 +1,27 @@
+"""Training data: formats, validation, mixing, chat templates with loss masks, preparation.
+
+Importing this package is cheap (no torch, transformers or datasets): the heavy libraries are
+imported inside the functions that need a tokenizer, Parquet or a saved HF dataset.
+
+Public API (stable; the training runner and backends call it):
+
+* :func:`load_dataset_rows` / :func:`detect_format` - read and validate one file;
+* :class:`DatasetSource` / :func:`mix` - several datasets with their own tags, mixed by a strategy;
+* :func:`tokenize_chat` / :func:`tokenize_documents` - input_ids + labels with loss masks;
+* :func:`prepare` - tokenize to a file backends read (cached, atomic).
+"""
+
+from __future__ import annotations
+
+from thub.data.formats import FORMATS, DatasetSource, detect_format
+from thub.data.loading import LoadedSource, load_dataset_rows, load_source, load_sources
+from thub.data.mixing import STRATEGIES, mix, mix_loaded
+from thub.data.prepare import PrepareResult, load_tokenizer, prepare
+from thub.data.problems import Problems
+from thub.data.tokenize import TokenizeStats, tokenize_chat, tokenize_documents
+
+__all__ = [
+    "FORMATS", "STRATEGIES", "DatasetSource", "LoadedSource", "PrepareResult", "Problems", "TokenizeStats",
+    "detect_format", "load_dataset_rows", "load_source", "load_sources", "load_tokenizer", "mix", "mix_loaded",
+    "prepare", "tokenize_chat", "tokenize_documents",
+]

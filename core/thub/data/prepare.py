@@ -1,0 +1,260 @@
+"""``thub data prepare``: validated, mixed, tokenized data in the files backends read.
+
+Output: JSONL with ``input_ids``, ``labels``, ``len`` and ``num_loss_counted_tokens`` per line
+(what mini-trainer and instructlab-training read) or Parquet with the same columns, plus a
+sidecar ``<output>.thub.json`` holding the cache key and the counts.
+
+* Nothing half-written: everything is validated before tokenizing, samples are written to a
+  temporary file next to the output and renamed into place only when all went well.
+* Cached: the key hashes the data files' bytes, the tokenizer (vocabulary, template, special
+  tokens) and every setting; an output whose sidecar has the same key is reused.
+* Parallel: ``num_proc`` worker processes each tokenize and serialise one contiguous shard to
+  a part file (so no token lists cross process boundaries), concatenated in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from thub.data.formats import DatasetSource
+from thub.data.loading import load_sources
+from thub.data.mixing import mix_loaded
+from thub.data.tokenize import IGNORE, TokenizeStats, tokenize_chat, tokenize_documents
+from thub.errors import UsageError
+
+CACHE_VERSION = 1
+CHUNK = 8192  # rows tokenized and written at a time: bounds memory on big datasets
+
+
+@dataclass
+class PrepareResult:
+    """Where the prepared data is and what preparing it did."""
+
+    output: str
+    stats: TokenizeStats
+    cached: bool
+    key: str
+
+
+def load_tokenizer(model_path: str, *, trust_remote_code: bool = False) -> Any:
+    """Load a model's tokenizer (transformers imported here, never at thub import)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise UsageError("tokenizer: expected transformers to be installed (pip install transformers)") from None
+    try:
+        return AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{model_path}: expected a model or tokenizer directory, found none ({exc})") from None
+
+
+def _hash_path(digest: Any, path: Path) -> None:
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
+        with file.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+
+
+def cache_key(sources: Sequence[DatasetSource], tokenizer: Any, settings: dict[str, Any]) -> str:
+    """Content hash of data + tokenizer + settings (paths and mtimes do not matter)."""
+    digest = hashlib.sha256(f"thub-prepare-{CACHE_VERSION}".encode())
+    for source in sources:
+        _hash_path(digest, Path(source.path))
+        digest.update(json.dumps({k: v for k, v in asdict(source).items() if k != "path"}, sort_keys=True).encode())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    digest.update((backend.to_str() if backend is not None else repr(tokenizer)).encode())
+    digest.update(str(getattr(tokenizer, "chat_template", "")).encode())
+    digest.update(json.dumps(getattr(tokenizer, "special_tokens_map", {}), sort_keys=True, default=str).encode())
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _sidecar(output: Path) -> Path:
+    return output.with_name(output.name + ".thub.json")
+
+
+def _tokenize(rows: Sequence[dict[str, Any]], kind: str, tokenizer: Any, settings: dict[str, Any],
+              locations: Sequence[str], template: Any) -> tuple[list[dict[str, list[int]]], TokenizeStats]:
+    # overlong="error" runs as "drop" per chunk so the final error counts every offender.
+    overlong = "drop" if settings["overlong"] == "error" else settings["overlong"]
+    if kind == "chat":
+        return tokenize_chat(rows, tokenizer, settings["max_seq_len"], unmask=settings["unmask"], overlong=overlong,
+                             locations=locations, template=template)
+    if kind == "document":
+        return tokenize_documents(rows, tokenizer, settings["max_seq_len"], overlong=overlong, locations=locations)
+    stats = TokenizeStats(samples_in=len(rows))  # processed: pass through, apply the length policy
+    out = []
+    limit = settings["max_seq_len"]
+    for row, where in zip(rows, locations, strict=True):
+        ids, labels = row["input_ids"], row["labels"]
+        if limit is not None and len(ids) > limit:
+            if overlong == "drop":
+                stats.dropped_overlong += 1
+                stats.note("dropped_overlong", where)
+                continue
+            ids, labels = ids[:limit], labels[:limit]
+            stats.truncated += 1
+            stats.note("truncated", where)
+        stats.samples_out += 1
+        stats.tokens += len(ids)
+        stats.trained_tokens += len(labels) - labels.count(IGNORE)
+        stats.lengths.append(len(ids))
+        out.append({"input_ids": ids, "labels": labels})
+    return out, stats
+
+
+def _write_jsonl(handle: Any, samples: list[dict[str, list[int]]]) -> None:
+    dumps = json.dumps
+    lines = []
+    for sample in samples:
+        ids, labels = sample["input_ids"], sample["labels"]
+        lines.append(f'{{"input_ids":{dumps(ids, separators=(",", ":"))},"labels":{dumps(labels, separators=(",", ":"))},'
+                     f'"len":{len(ids)},"num_loss_counted_tokens":{len(labels) - labels.count(IGNORE)}}}\n')
+    handle.write("".join(lines))
+
+
+# Worker state, inherited through fork (the tokenizer and rows are never pickled).
+_SHARED: dict[str, Any] = {}
+
+
+def _run_shard(index: int, start: int, stop: int, part: str) -> TokenizeStats:
+    """Tokenize rows[start:stop] into the JSONL file ``part``; returns the counts."""
+    rows, locations = _SHARED["rows"], _SHARED["locations"]
+    tokenizer, kind, settings = _SHARED["tokenizer"], _SHARED["kind"], _SHARED["settings"]
+    template = _template_for(kind, tokenizer)
+    total = TokenizeStats()
+    with open(part, "w", encoding="utf-8") as handle:
+        for lo in range(start, stop, CHUNK):
+            hi = min(stop, lo + CHUNK)
+            samples, stats = _tokenize(rows[lo:hi], kind, tokenizer, settings, locations[lo:hi], template)
+            _write_jsonl(handle, samples)
+            total.merge(stats)
+    return total
+
+
+def _template_for(kind: str, tokenizer: Any) -> Any:
+    if kind != "chat":
+        return None
+    from thub.data.templates import ChatTemplate
+
+    return ChatTemplate(tokenizer)
+
+
+def prepare(sources: Sequence[DatasetSource], tokenizer: Any, output: str | os.PathLike[str], *,
+            max_seq_len: int | None = None, overlong: str = "truncate", strategy: str = "concat",
+            probabilities: Sequence[float] | None = None, seed: int = 42, unmask: bool = False, num_proc: int = 1,
+            use_cache: bool = True, output_format: str | None = None) -> PrepareResult:
+    """Validate, mix and tokenize ``sources`` into ``output`` (JSONL, or Parquet by suffix/format).
+
+    ``tokenizer`` is a loaded tokenizer or a model path. Raises :class:`UsageError` (nothing
+    written) on bad data, a template that does not fit the tokenizer, a dataset with no trained
+    token, or overlong samples under ``overlong="error"``.
+    """
+    out = Path(output)
+    fmt = output_format or ("parquet" if out.suffix.lower() in (".parquet", ".pq") else "jsonl")
+    if fmt not in ("jsonl", "parquet"):
+        raise UsageError(f"output format: expected jsonl or parquet, found {fmt!r}")
+    loaded = load_sources(list(sources))
+    kind = loaded[0].kind
+    if kind == "grpo":
+        raise UsageError("data: GRPO prompts are not tokenized ahead of training; backends read them as they are "
+                         "(use `thub data check` to validate them)")
+    rows, locations = mix_loaded(loaded, strategy, probabilities, seed)
+    if isinstance(tokenizer, str):
+        tokenizer = load_tokenizer(tokenizer)
+    settings = {"max_seq_len": max_seq_len, "overlong": overlong, "strategy": strategy, "seed": seed,
+                "probabilities": list(probabilities) if probabilities else None, "unmask": unmask, "format": fmt}
+    key = cache_key(sources, tokenizer, settings)
+    sidecar = _sidecar(out)
+    if use_cache and out.exists() and sidecar.exists():
+        try:
+            meta = json.loads(sidecar.read_text())
+            if meta.get("key") == key:
+                cached = TokenizeStats(**{k: v for k, v in meta["stats"].items() if k in TokenizeStats.__dataclass_fields__})
+                return PrepareResult(str(out), cached, True, key)
+        except (OSError, ValueError, TypeError):
+            pass  # unreadable sidecar: prepare again
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    parts: list[str] = []
+    try:
+        stats = _prepare_into(tmp, parts, rows, locations, kind, tokenizer, settings, num_proc)
+        _check_stats(stats, settings, max_seq_len)
+        if fmt == "parquet":
+            _jsonl_to_parquet(tmp)
+        os.replace(tmp, out)
+    finally:
+        for path in [*parts, str(tmp)]:
+            if os.path.exists(path):
+                os.unlink(path)
+    meta = {"key": key, "settings": settings, "sources": [asdict(s) for s in sources], "stats": stats.as_dict()}
+    meta["stats"].pop("length_percentiles", None)
+    sidecar.write_text(json.dumps(meta, indent=2) + "\n")
+    return PrepareResult(str(out), stats, False, key)
+
+
+def _prepare_into(tmp: Path, parts: list[str], rows: list[dict[str, Any]], locations: list[str], kind: str,
+                  tokenizer: Any, settings: dict[str, Any], num_proc: int) -> TokenizeStats:
+    """Tokenize into ``tmp`` (JSONL), in-process or through ``num_proc`` forked workers."""
+    _SHARED.update(rows=rows, locations=locations, tokenizer=tokenizer, kind=kind, settings=settings)
+    try:
+        n = len(rows)
+        workers = max(1, min(num_proc, n // 256 or 1))
+        if workers == 1 or sys.platform == "win32" or "fork" not in _mp_methods():
+            parts.append(str(tmp) + ".part0")
+            stats = _run_shard(0, 0, n, parts[0])
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            bounds = [n * k // workers for k in range(workers + 1)]
+            parts.extend(f"{tmp}.part{k}" for k in range(workers))
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                futures = [pool.submit(_run_shard, k, bounds[k], bounds[k + 1], parts[k]) for k in range(workers)]
+                stats = TokenizeStats()
+                for future in futures:
+                    stats.merge(future.result())
+        stats.samples_in = n
+        with open(tmp, "wb") as target:
+            for part in parts:
+                with open(part, "rb") as source:
+                    while block := source.read(1 << 22):
+                        target.write(block)
+        return stats
+    finally:
+        _SHARED.clear()
+
+
+def _mp_methods() -> list[str]:
+    import multiprocessing
+
+    return multiprocessing.get_all_start_methods()
+
+
+def _check_stats(stats: TokenizeStats, settings: dict[str, Any], max_seq_len: int | None) -> None:
+    if settings["overlong"] == "error" and stats.dropped_overlong:
+        first = ", ".join(stats.examples.get("dropped_overlong", []))
+        raise UsageError(f"{stats.dropped_overlong} sample(s) longer than max_seq_len={max_seq_len} tokens "
+                         f"(first: {first}); use --overlong truncate or drop, or raise --max-seq-len")
+    if stats.trained_tokens == 0:
+        raise UsageError("data: expected trained tokens, found 0 after the chat template and loss mask "
+                         f"({stats.samples_in} samples in, {stats.samples_out} out); check roles and the template")
+
+
+def _jsonl_to_parquet(path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+
+    table = pj.read_json(path)
+    pq.write_table(table.cast(pa.schema([(f.name, f.type) for f in table.schema])), str(path) + ".pq")
+    os.replace(str(path) + ".pq", path)

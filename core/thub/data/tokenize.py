@@ -1,0 +1,267 @@
+"""Tokenization with loss masks: chat rows -> ``input_ids`` + ``labels`` (-100 = no loss).
+
+Speed comes from three things (see docs/performance-anchors.md, data preparation):
+
+1. rendering by skeleton concatenation instead of Jinja per conversation (see templates.py);
+2. encoding whole batches of rendered text with the Rust tokenizer (``encode_batch`` runs on all
+   cores and releases the GIL, so the next batch is rendered while this one encodes);
+3. building labels from a handful of ``char_to_token`` calls per trained span and list slices,
+   never a Python loop over tokens or offsets.
+
+Nothing is dropped or cut silently: :class:`TokenizeStats` counts truncated and dropped samples
+and callers print it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from thub.data.templates import ChatTemplate, Span, TemplateRejected, check_template
+from thub.errors import UsageError
+
+IGNORE = -100
+OVERLONG = ("truncate", "drop", "error")
+BATCH = 1000
+
+
+@dataclass
+class TokenizeStats:
+    """What tokenization did, for reports: never silent about cut or dropped samples."""
+
+    samples_in: int = 0
+    samples_out: int = 0
+    truncated: int = 0  # longer than max_seq_len, cut (overlong="truncate")
+    dropped_overlong: int = 0  # longer than max_seq_len, dropped (overlong="drop")
+    dropped_untrainable: int = 0  # no trained token left (template, truncation)
+    rejected_by_template: int = 0  # the template raised for the conversation
+    tokens: int = 0
+    trained_tokens: int = 0
+    exact_rows: int = 0  # rows rendered by the (slower) exact Jinja path
+    history_rewrites: int = 0  # assistant turns left untrained: the template rewrites history
+    lengths: list[int] = field(default_factory=list, repr=False)
+    examples: dict[str, list[str]] = field(default_factory=dict, repr=False)  # kind -> first locations
+
+    def note(self, kind: str, where: str) -> None:
+        """Remember the first few locations of one kind of event for messages."""
+        bucket = self.examples.setdefault(kind, [])
+        if len(bucket) < 3:
+            bucket.append(where)
+
+    def merge(self, other: TokenizeStats) -> None:
+        """Add another chunk's counts (parallel preparation)."""
+        for name in ("samples_in", "samples_out", "truncated", "dropped_overlong", "dropped_untrainable",
+                     "rejected_by_template", "tokens", "trained_tokens", "exact_rows", "history_rewrites"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.lengths.extend(other.lengths)
+        for kind, where in other.examples.items():
+            for item in where:
+                self.note(kind, item)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready counts (lengths summarised as percentiles)."""
+        data = asdict(self)
+        data.pop("lengths")
+        data["length_percentiles"] = percentiles(self.lengths)
+        return data
+
+    def warnings(self) -> list[str]:
+        """One line per non-zero event count, with where it first happened."""
+        lines = []
+        for kind, text in (("truncated", "truncated to max_seq_len"), ("dropped_overlong", "dropped: longer than "
+                           "max_seq_len"), ("dropped_untrainable", "dropped: no trained token"),
+                           ("rejected_by_template", "dropped: rejected by the chat template")):
+            count = getattr(self, kind)
+            if count:
+                first = ", ".join(self.examples.get(kind, []))
+                lines.append(f"{count} of {self.samples_in} samples {text}" + (f" (first: {first})" if first else ""))
+        if self.history_rewrites:
+            lines.append(f"{self.history_rewrites} earlier assistant turns not trained: the chat template renders "
+                         "history differently from the final turn")
+        return lines
+
+
+def percentiles(values: Sequence[int]) -> dict[str, int]:
+    """p50/p90/p99/max of a list of lengths (nearest rank), empty dict for no values."""
+    if not values:
+        return {}
+    ordered = sorted(values)
+    n = len(ordered)
+    return {f"p{p}": ordered[min(n - 1, (p * n) // 100)] for p in (50, 90, 99)} | {"max": ordered[-1],
+                                                                                 "min": ordered[0]}
+
+
+def _backend(tokenizer: Any) -> Any:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise UsageError("tokenizer: expected a fast (Rust) tokenizer, found a slow Python one; "
+                         "save the model with a tokenizer.json")
+    return backend
+
+
+def _labels(enc: Any, ids: list[int], spans: list[Span]) -> list[int]:
+    """Labels from char spans: tokens overlapping a span are trained (as transformers does)."""
+    labels = [IGNORE] * len(ids)
+    char_to_token = enc.char_to_token
+    for start, end in spans:
+        a = None
+        for char in range(start, end):  # a char may map to no token (stripped by normalisers)
+            a = char_to_token(char)
+            if a is not None:
+                break
+        if a is None:
+            continue
+        b = None
+        for char in range(end - 1, start - 1, -1):
+            b = char_to_token(char)
+            if b is not None:
+                break
+        labels[a:b + 1] = ids[a:b + 1]
+    return labels
+
+
+def _chunks(n: int, size: int) -> Iterator[range]:
+    for start in range(0, n, size):
+        yield range(start, min(n, start + size))
+
+
+def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int | None, *,
+                  unmask: bool = False, overlong: str = "truncate", locations: Sequence[str] | None = None,
+                  template: ChatTemplate | None = None) -> tuple[list[dict[str, list[int]]], TokenizeStats]:
+    """Tokenize canonical chat rows with the tokenizer's chat template and assistant-only labels.
+
+    Returns ``([{"input_ids", "labels"}, ...], stats)``. Labels are the token id on tokens of
+    assistant turns (the text marked by ``{% generation %}``, or for templates without markers
+    the assistant content plus its end-of-turn marker) and -100 elsewhere; ``unmask=True`` (or a
+    row's ``"unmask": true``) trains on every token.
+
+    ``overlong`` decides what happens to samples longer than ``max_seq_len``: ``truncate`` (cut;
+    dropped if no trained token remains), ``drop``, or ``error`` (UsageError listing them). Every
+    cut or dropped sample is counted in the returned :class:`TokenizeStats`. ``locations``
+    (``file:line`` per row) make those reports point at the input.
+    """
+    if overlong not in OVERLONG:
+        raise UsageError(f"overlong: expected one of {', '.join(OVERLONG)}, found {overlong!r}")
+    backend = _backend(tokenizer)
+    template = template or ChatTemplate(tokenizer)
+    problems = check_template(tokenizer, template)
+    if problems:
+        raise UsageError("\n".join(problems))
+    stats = TokenizeStats(samples_in=len(rows))
+    out: list[dict[str, list[int]]] = []
+    overlong_at: list[str] = []
+
+    def where(i: int) -> str:
+        return locations[i] if locations is not None else f"row {i + 1}"
+
+    def render(indices: range) -> tuple[list[int], list[str], list[list[Span] | None]]:
+        kept, texts, spans = [], [], []
+        for i in indices:
+            messages = rows[i]["messages"]
+            try:
+                text, trained = template.spans(messages)
+            except TemplateRejected as exc:
+                stats.rejected_by_template += 1
+                stats.note("rejected_by_template", f"{where(i)}: {exc}")
+                continue
+            kept.append(i)
+            texts.append(text)
+            spans.append(None if unmask or rows[i].get("unmask") else trained)
+        return kept, texts, spans
+
+    # Pipeline: while the Rust tokenizer encodes batch k (GIL released), Python renders batch k+1.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending: tuple[list[int], list[Any], Future[Any]] | None = None
+        for indices in [*_chunks(len(rows), BATCH), None]:
+            nxt = None
+            if indices is not None:
+                kept, texts, spans = render(indices)
+                nxt = (kept, spans, pool.submit(backend.encode_batch, texts, add_special_tokens=False))
+            if pending is not None:
+                _collect(*pending, max_seq_len, overlong, stats, out, overlong_at, where)
+            pending = nxt
+    if overlong == "error" and overlong_at:
+        raise UsageError(f"{len(overlong_at)} sample(s) longer than max_seq_len={max_seq_len} tokens: "
+                         f"{', '.join(overlong_at[:5])}{' ...' if len(overlong_at) > 5 else ''} "
+                         "(use overlong=truncate or drop, or raise max_seq_len)")
+    stats.exact_rows = template.exact_rows
+    stats.history_rewrites = template.history_rewrites
+    return out, stats
+
+
+def _collect(kept: list[int], spans: list[list[Span] | None], future: Future[Any], max_seq_len: int | None,
+             overlong: str, stats: TokenizeStats, out: list[dict[str, list[int]]], overlong_at: list[str],
+             where: Any) -> None:
+    """Turn one encoded batch into samples, applying the overlong policy."""
+    for i, trained, enc in zip(kept, spans, future.result(), strict=True):
+        ids = enc.ids
+        labels = list(ids) if trained is None else _labels(enc, ids, trained)
+        if max_seq_len is not None and len(ids) > max_seq_len:
+            if overlong == "error":
+                overlong_at.append(f"{where(i)} ({len(ids)} tokens)")
+                continue
+            if overlong == "drop":
+                stats.dropped_overlong += 1
+                stats.note("dropped_overlong", where(i))
+                continue
+            ids, labels = ids[:max_seq_len], labels[:max_seq_len]
+            stats.truncated += 1
+            stats.note("truncated", where(i))
+        trained_count = len(labels) - labels.count(IGNORE)
+        if trained_count == 0:
+            stats.dropped_untrainable += 1
+            stats.note("dropped_untrainable", where(i))
+            continue
+        stats.samples_out += 1
+        stats.tokens += len(ids)
+        stats.trained_tokens += trained_count
+        stats.lengths.append(len(ids))
+        out.append({"input_ids": ids, "labels": labels})
+
+
+def tokenize_documents(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int | None, *,
+                       overlong: str = "truncate", locations: Sequence[str] | None = None,
+                       ) -> tuple[list[dict[str, list[int]]], TokenizeStats]:
+    """Tokenize ``{"document"}`` rows for continued pretraining: every token trained, EOS appended.
+
+    The same overlong policy and counts as :func:`tokenize_chat`.
+    """
+    if overlong not in OVERLONG:
+        raise UsageError(f"overlong: expected one of {', '.join(OVERLONG)}, found {overlong!r}")
+    backend = _backend(tokenizer)
+    eos = getattr(tokenizer, "eos_token_id", None)
+    stats = TokenizeStats(samples_in=len(rows))
+    out: list[dict[str, list[int]]] = []
+    overlong_at: list[str] = []
+
+    def where(i: int) -> str:
+        return locations[i] if locations is not None else f"row {i + 1}"
+
+    for indices in _chunks(len(rows), BATCH):
+        encs = backend.encode_batch([rows[i]["document"] for i in indices], add_special_tokens=True)
+        for i, enc in zip(indices, encs, strict=True):
+            ids = enc.ids
+            if eos is not None and (not ids or ids[-1] != eos):
+                ids.append(eos)  # the model must learn where a document ends
+            if max_seq_len is not None and len(ids) > max_seq_len:
+                if overlong == "error":
+                    overlong_at.append(f"{where(i)} ({len(ids)} tokens)")
+                    continue
+                if overlong == "drop":
+                    stats.dropped_overlong += 1
+                    stats.note("dropped_overlong", where(i))
+                    continue
+                ids = ids[:max_seq_len]
+                stats.truncated += 1
+                stats.note("truncated", where(i))
+            stats.samples_out += 1
+            stats.tokens += len(ids)
+            stats.trained_tokens += len(ids)
+            stats.lengths.append(len(ids))
+            out.append({"input_ids": ids, "labels": list(ids)})
+    if overlong == "error" and overlong_at:
+        raise UsageError(f"{len(overlong_at)} document(s) longer than max_seq_len={max_seq_len} tokens: "
+                         f"{', '.join(overlong_at[:5])} (use overlong=truncate or drop)")
+    return out, stats
