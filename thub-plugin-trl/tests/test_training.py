@@ -212,3 +212,12 @@ def test_bad_data_is_rejected_before_anything_is_written(tiny_model: Path, tmp_p
     assert done.returncode == 2
     assert f"{data}:2" in done.stderr and "Traceback" not in done.stderr
     assert not out.exists()
+
+
+def test_failing_preflight_check_stops_the_launch(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "pre"
+    done = thub("train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out),
+                env={"TMPDIR": str(tmp_path / "missing-tmp")})
+    assert done.returncode == 1
+    assert "preflight checks failed" in done.stderr and "core.tmpdir" in done.stderr and "fix:" in done.stderr
+    assert not out.exists()

@@ -92,14 +92,16 @@ def _validate_data(resolved: ResolvedConfig) -> None:
 
 def _preflight(resolved: ResolvedConfig) -> None:
     """Run the backend's preflight doctor checks; a failure stops the launch with its fix."""
-    from thub.doctor import preflight
+    from thub.cli.output import console
+    from thub.doctor import blocking, format_problems, preflight
     from thub.errors import ThubError
 
-    results = preflight(resolved.backend.name, resolved.values()["ckpt_output_dir"])
-    failed = [r for r in results if r.result.status in ("fail", "error")]
-    if failed:
-        lines = [f"{r.spec.id}: {r.result.summary}" + (f"\n    fix: {r.result.fix}" if r.result.fix else "") for r in failed]
-        raise ThubError("preflight checks failed (see `thub doctor`):\n  " + "\n  ".join(lines))
+    outcomes = preflight(resolved.backend.name, resolved.values()["ckpt_output_dir"])
+    if blocking(outcomes):
+        raise ThubError("preflight checks failed (details: `thub doctor`):\n" + format_problems(outcomes))
+    warnings = format_problems(outcomes)
+    if warnings:
+        console().print(warnings, markup=False)
 
 
 class _Supervisor:
