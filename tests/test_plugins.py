@@ -199,3 +199,21 @@ def test_every_hook_is_documented_and_tested() -> None:
     for hook in hooks:
         assert re.search(rf"^## `{hook}\(", docs, re.M), f"{hook} is not documented in docs/hooks.md"
         assert f"def {hook}(" in tests, f"no test implements {hook}"
+
+
+class _TranslationWrapper:
+    @hookimpl(wrapper=True)
+    def thub_translate_params(self, algorithm, backend, params):
+        native = yield
+        if backend == "trl" and native:
+            native["config"]["report_to"] = ["trackio"]
+        return native
+
+
+def test_a_plugin_can_wrap_another_translation(thub_plugin) -> None:
+    from thub.api import dry_run
+
+    thub_plugin(("wrapper", _TranslationWrapper()))
+    plan = dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o")
+    assert plan["translation"]["config"]["report_to"] == ["trackio"]
+    assert plan["parameters"]["model_path"] == {"value": "m", "source": "api model_path"}

@@ -77,6 +77,9 @@ def _make_command(algorithm: str) -> click.Command:
             return
         from thub.runner import run_training
 
+        if not control["as_json"]:
+            console().print(f"[bold]{algorithm}[/bold] on backend [bold]{resolved.backend.name}[/bold] "
+                            f"({resolved.backend_reason}) -> {resolved.values()['ckpt_output_dir']}")
         result = run_training(resolved, overwrite=control["overwrite"], resume=control["resume"],
                               command_line=["thub", *sys.argv[1:]], quiet_json=control["as_json"])
         if control["as_json"]:
