@@ -4,10 +4,12 @@ Semantics follow LLaMA-Factory's ``mix_strategy`` (which wraps ``datasets.interl
 
 * ``concat``: every row of every source, in order (the trainer shuffles later); probabilities
   are an error here, as in LLaMA-Factory, rather than silently ignored;
-* ``interleave_under``: draw a source per row (by probability, or round-robin without them) and
-  stop as soon as the drawn source is exhausted - the mix undersamples the big sources;
+* ``interleave_under``: draw a source per row by probability and stop as soon as one source is
+  exhausted; without probabilities, whole round-robin rounds up to the smallest source. The mix
+  undersamples the big sources;
 * ``interleave_over``: keep drawing, restarting exhausted sources, until every source has been
-  seen completely at least once - the mix oversamples the small sources.
+  seen completely at least once; without probabilities, rounds up to the largest source. The mix
+  oversamples the small sources.
 
 The draw is a plain ``random.Random(seed)``, so a mix is reproducible from its seed, and no
 ``datasets`` import (seconds) is needed to build it.
@@ -55,30 +57,33 @@ def mix_loaded(loaded: Sequence[LoadedSource], strategy: str = "concat", probabi
     active = [i for i, size in enumerate(sizes) if size and (weights is None or weights[i] > 0)]
     if not active:
         return [], []
+    rows: list[dict[str, Any]] = []
+    locations: list[str] = []
+    over = strategy == "interleave_over"
+    if weights is None:
+        # Round-robin in whole rounds, as datasets.interleave_datasets does: up to the smallest
+        # source (under) or the largest one, cycling the others (over).
+        rounds = max(sizes[i] for i in active) if over else min(sizes[i] for i in active)
+        for k in range(rounds):
+            for i in active:
+                rows.append(loaded[i].rows[k % sizes[i]])
+                locations.append(loaded[i].locations[k % sizes[i]])
+        return rows, locations
     rng = random.Random(seed)
     pointer = [0] * len(loaded)
     exhausted: set[int] = set()
-    rows: list[dict[str, Any]] = []
-    locations: list[str] = []
-    turn = 0
-    over = strategy == "interleave_over"
+    active_weights = [weights[k] for k in active]
     while True:
-        if weights is None:
-            i = active[turn % len(active)]
-            turn += 1
-        else:
-            i = rng.choices(active, weights=[weights[k] for k in active])[0]
+        i = rng.choices(active, weights=active_weights)[0]
         if pointer[i] == sizes[i]:
-            if not over:
-                break
             pointer[i] = 0  # oversample: start this source again
         rows.append(loaded[i].rows[pointer[i]])
         locations.append(loaded[i].locations[pointer[i]])
         pointer[i] += 1
         if pointer[i] == sizes[i]:
             exhausted.add(i)
-            if over and exhausted.issuperset(active):
-                break
+            if not over or exhausted.issuperset(active):
+                break  # under: the first exhausted source ends the mix; over: the last one does
     return rows, locations
 
 

@@ -105,6 +105,7 @@ class _Skeleton:
 
     literals: list[str]  # len = messages + 1
     boundaries: list[tuple[int, int, int, int]]  # (piece_start, off_start, piece_end, off_end)
+    rewrites: int = 0  # assistant turns the template renders differently in history (untrainable)
     verified: int = 0  # rows cross-checked against a real render so far
     broken: bool = False  # a cross-check failed: use the exact path
 
@@ -146,10 +147,16 @@ class ChatTemplate:
 
     def exact_spans(self, messages: list[dict[str, Any]]) -> tuple[str, list[Span]]:
         """Text and trained spans by real rendering (markers, or incremental prefixes)."""
+        text, spans, rewrites = self._exact(messages)
+        self.history_rewrites += rewrites
+        return text, spans
+
+    def _exact(self, messages: list[dict[str, Any]]) -> tuple[str, list[Span], int]:
         text, spans = self.render(messages)
         if self.has_markers:
-            return text, spans
+            return text, spans, 0
         spans = []
+        rewrites = 0
         for i, message in enumerate(messages):
             if message["role"] != "assistant":
                 continue
@@ -158,13 +165,13 @@ class ChatTemplate:
             if not text.startswith(upto):
                 # The template renders earlier turns differently once later ones exist (e.g. it
                 # drops reasoning from history): this turn's tokens cannot be located reliably.
-                self.history_rewrites += 1
+                rewrites += 1
                 continue
             start = len(_common_prefix(prompt, upto))
             end = len(upto.rstrip())
             if end > start:
                 spans.append((start, end))
-        return text, spans
+        return text, spans, rewrites
 
     # -- fast rendering ----------------------------------------------------------------------
     def spans(self, messages: list[dict[str, Any]]) -> tuple[str, list[Span]]:
@@ -198,6 +205,8 @@ class ChatTemplate:
                 skeleton.broken = True
                 self.exact_rows += 1
                 return exact
+            return text, spans
+        self.history_rewrites += skeleton.rewrites
         return text, spans
 
     def _key(self, messages: list[dict[str, Any]]) -> tuple[str, ...] | None:
@@ -230,7 +239,7 @@ class ChatTemplate:
         sentinels = [f"{_SENT_L}{i}{_SENT_R}" for i in range(len(roles))]
         messages = [{"role": r, "content": s} for r, s in zip(roles, sentinels, strict=True)]
         try:
-            text, spans = self.exact_spans(messages)
+            text, spans, rewrites = self._exact(messages)
         except TemplateRejected:
             return None
         literals: list[str] = []
@@ -260,7 +269,7 @@ class ChatTemplate:
             if a is None or b is None:
                 return None
             boundaries.append((*a, *b))
-        return _Skeleton(literals, boundaries)
+        return _Skeleton(literals, boundaries, rewrites=rewrites)
 
 
 class TemplateRejected(Exception):

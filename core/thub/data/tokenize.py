@@ -207,13 +207,17 @@ def _collect(kept: list[int], spans: list[list[Span] | None], future: Future[Any
                 stats.note("dropped_overlong", where(i))
                 continue
             ids, labels = ids[:max_seq_len], labels[:max_seq_len]
-            stats.truncated += 1
-            stats.note("truncated", where(i))
+            cut = True
+        else:
+            cut = False
         trained_count = len(labels) - labels.count(IGNORE)
-        if trained_count == 0:
+        if trained_count == 0:  # counted once, as dropped, even when truncation caused it
             stats.dropped_untrainable += 1
             stats.note("dropped_untrainable", where(i))
             continue
+        if cut:
+            stats.truncated += 1
+            stats.note("truncated", where(i))
         stats.samples_out += 1
         stats.tokens += len(ids)
         stats.trained_tokens += trained_count
