@@ -1,0 +1,103 @@
+"""thub backend ``instructlab-training``: registration only. instructlab and torch are imported in ``runner``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from thub import hookimpl
+from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec
+from thub_plugin_instructlab.translate import BACKEND, DEFAULTS, HONOURED, MIN_SAMPLE_TOKENS, flash_attn_installed, translate
+
+# The training library first (its version is recorded in thub_run.json).
+REQUIREMENTS = ("instructlab-training>=0.16.2,<0.17", "torch>=2.6", "transformers>=4.57.1", "datasets>=2.15")
+INSTALL = "pip install 'thub-plugin-instructlab'  # brings instructlab-training==0.16.*; install CUDA torch first"
+DOCS = "thub-plugin-instructlab/README.md"
+
+
+@hookimpl
+def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
+    register(BackendSpec(
+        name=BACKEND,
+        summary="instructlab-training: full fine-tuning and continued pretraining, FSDP on NVIDIA GPUs.",
+        algorithms=HONOURED,
+        runner="thub_plugin_instructlab.runner:run",
+        requirements=REQUIREMENTS,
+        needs_cuda=True,
+        priority=5,
+        defaults=DEFAULTS,
+        # instructlab-training starts torchrun itself (run_training): thub starts one child
+        launcher="python",
+        docs=DOCS,
+    ))
+
+
+@hookimpl
+def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    if backend != BACKEND:
+        return None
+    return translate(algorithm, params)
+
+
+def _library_check(_context: CheckContext) -> CheckResult:
+    from thub.selection import requirement_problem
+
+    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
+    if problems:
+        return CheckResult("fail", "instructlab-training backend requirements not met", tuple(problems),
+                           fix=f"{sys.executable} -m pip install 'instructlab-training==0.16.2'\n# or: {INSTALL}",
+                           docs=DOCS)
+    return CheckResult("ok", "instructlab-training, torch, transformers and datasets installed in supported versions")
+
+
+def _cuda_check(_context: CheckContext) -> CheckResult:
+    from thub.selection import cuda_visible
+
+    if cuda_visible():
+        return CheckResult("ok", "an NVIDIA GPU is visible")
+    return CheckResult(
+        "fail", f"backend {BACKEND} needs an NVIDIA GPU; none found",
+        ("its training step calls torch.cuda.set_device and NCCL (only its data processing runs on CPU)",),
+        fix="run on a machine with an NVIDIA GPU, or use `--backend trl`, which trains on CPU", docs=DOCS,
+    )
+
+
+def _flash_attn_check(_context: CheckContext) -> CheckResult:
+    if flash_attn_installed():
+        return CheckResult("ok", "flash-attn installed: padding-free packed batches")
+    return CheckResult(
+        "warn", "flash-attn is not installed: thub sets disable_flash_attn=True (SDPA, padded batches, slower)",
+        ("instructlab-training refuses to start without flash-attn unless disable_flash_attn is set",),
+        fix=f"{sys.executable} -m pip install flash-attn --no-build-isolation   # needs CUDA torch and nvcc",
+        docs=DOCS,
+    )
+
+
+def _gpu_visible(_context: CheckContext) -> bool:
+    from thub.selection import cuda_visible
+
+    return cuda_visible()
+
+
+def _short_samples_check(_context: CheckContext) -> CheckResult:
+    return CheckResult(
+        "warn", f"instructlab-training silently drops samples shorter than {MIN_SAMPLE_TOKENS} tokens "
+                "(and those of max_seq_len tokens or more)",
+        ("thub counts them before the launch: a WARNING line in logs/train.log and "
+         "summary.data_dropped_short / data_dropped_long in result.json",),
+        fix="thub data stats DATA  # check sample lengths; merge or drop very short samples", docs=DOCS,
+    )
+
+
+@hookimpl
+def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
+    only = frozenset({BACKEND})
+    register(CheckSpec("instructlab.requirements", "instructlab-training backend libraries", _library_check,
+                       tags=frozenset({"preflight"}), backends=only))
+    register(CheckSpec("instructlab.cuda", "instructlab-training needs an NVIDIA GPU", _cuda_check,
+                       tags=frozenset({"preflight"}), backends=only))
+    register(CheckSpec("instructlab.flash-attn", "flash-attn for instructlab-training", _flash_attn_check,
+                       tags=frozenset({"preflight"}), backends=only, applies=_gpu_visible))
+    register(CheckSpec("instructlab.short-samples", "samples instructlab-training drops", _short_samples_check,
+                       backends=only))

@@ -1,0 +1,145 @@
+"""Data for instructlab-training: thub validates and normalises, instructlab tokenizes.
+
+thub reads any format ``thub data check`` accepts and writes canonical rows (``messages`` with
+``unmask``, or the document column) to ``{data_output_dir}/thub_input.jsonl``. Then it runs
+instructlab-training's own processing (its chat template handling and masks) into
+``{data_output_dir}/data.jsonl`` -- the file its training step reads -- and counts the samples that
+processing drops: those shorter than 20 tokens and those of ``max_seq_len`` tokens or more
+(``filter_samples_by_length``, which drops them silently). Runs on CPU; imports instructlab.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from thub_plugin_instructlab.translate import MIN_SAMPLE_TOKENS
+
+
+@dataclass
+class DataReport:
+    mode: str
+    input_samples: int
+    kept_samples: int
+    dropped_short: int = 0
+    dropped_long: int = 0
+    min_tokens: int = MIN_SAMPLE_TOKENS
+    max_seq_len: int | None = None
+    total_tokens: int = 0
+    train_units: int = 0  # samples (chat) or blocks (pretraining) the loader will see per epoch
+    processed_file: str = ""
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.dropped_short:
+            out.append(
+                f"instructlab-training dropped {self.dropped_short} of {self.input_samples} samples shorter than "
+                f"{self.min_tokens} tokens (its data processing filters them silently); lengthen or remove them"
+            )
+        if self.dropped_long:
+            out.append(
+                f"instructlab-training dropped {self.dropped_long} of {self.input_samples} samples of "
+                f"{self.max_seq_len} tokens or more (max_seq_len); raise max_seq_len to keep them"
+            )
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def write_input(rows: list[dict[str, Any]], path: Path, *, mode: str, unmask: bool, document_column: str) -> int:
+    """Canonical thub rows as the JSONL instructlab-training's processing reads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        for row in rows:
+            if mode == "pretraining":
+                record: dict[str, Any] = {document_column: row["document"]}
+            else:
+                record = {"messages": row["messages"], "unmask": bool(row.get("unmask") or unmask)}
+            handle.write(json.dumps(record) + "\n")
+    return len(rows)
+
+
+@contextlib.contextmanager
+def counting_length_filter(counts: dict[str, int]) -> Iterator[None]:
+    """Wrap instructlab's ``filter_samples_by_length`` to count what it drops, and why."""
+    from instructlab.training import data_process
+
+    original = data_process.filter_samples_by_length
+
+    def counted(data: Any, max_seq_len: int, min_seq_len: int = MIN_SAMPLE_TOKENS, num_proc: int = 1) -> Any:
+        lengths = data["len"]
+        counts["short"] += sum(1 for n in lengths if n < min_seq_len)
+        counts["long"] += sum(1 for n in lengths if n >= max_seq_len)
+        counts["min_tokens"] = min_seq_len
+        return original(data, max_seq_len, min_seq_len=min_seq_len, num_proc=num_proc)
+
+    data_process.filter_samples_by_length = counted
+    try:
+        yield
+    finally:
+        data_process.filter_samples_by_length = original
+
+
+def _read_lengths(path: Path) -> list[int]:
+    lengths = []
+    with path.open() as handle:
+        for raw in handle:
+            if raw.strip():
+                row = json.loads(raw)
+                lengths.append(int(row.get("len") or len(row["input_ids"])))
+    return lengths
+
+
+def prepare(plan: dict[str, Any], params: dict[str, Any]) -> DataReport:
+    """Validate, normalise and process the data into ``data.jsonl``; count what is dropped."""
+    from thub.data import load_dataset_rows
+
+    args = plan["training_args"]
+    mode = plan["data"]["mode"]
+    document_column = params.get("document_column_name") or "document"
+    rows = load_dataset_rows(params["data_path"], params.get("data_format") or "auto", document_column=document_column)
+    output_dir = Path(args["data_output_dir"])
+    output_dir.mkdir(parents=True, exist_ok=True)
+    processed = output_dir / "data.jsonl"
+
+    if rows and "input_ids" in rows[0] and mode == "chat":
+        # already tokenized (format "processed"): instructlab reads it as is
+        with processed.open("w") as handle:
+            for row in rows:
+                labels = row.get("labels") or list(row["input_ids"])
+                handle.write(json.dumps({"input_ids": row["input_ids"], "labels": labels,
+                                         "len": len(row["input_ids"])}) + "\n")
+        lengths = _read_lengths(processed)
+        return DataReport(mode, len(rows), len(lengths), max_seq_len=args["max_seq_len"],
+                          total_tokens=sum(lengths), train_units=len(lengths), processed_file=str(processed))
+
+    from instructlab.training import data_process
+
+    source = output_dir / "thub_input.jsonl"
+    write_input(rows, source, mode=mode, unmask=plan["data"]["unmask"], document_column=document_column)
+    counts = {"short": 0, "long": 0, "min_tokens": MIN_SAMPLE_TOKENS}
+    if mode == "pretraining":
+        data_process.process_documents_for_pretraining(
+            data_path=str(source), data_output_path=str(output_dir), model_path=args["model_path"],
+            num_cpu_procs=args["data_process_num_cpu_procs"],
+            document_column_name=args["pretraining_config"]["document_column_name"],
+        )
+    else:
+        with counting_length_filter(counts):
+            data_process.process_data(
+                data_path=str(source), data_output_path=str(output_dir), max_seq_len=args["max_seq_len"],
+                model_path=args["model_path"], num_cpu_procs=args["data_process_num_cpu_procs"],
+            )
+    lengths = _read_lengths(processed)
+    units = len(lengths)
+    if mode == "pretraining":
+        units = math.ceil(sum(lengths) / args["pretraining_config"]["block_size"])
+    return DataReport(mode, len(rows), len(lengths), dropped_short=counts["short"], dropped_long=counts["long"],
+                      min_tokens=counts["min_tokens"], max_seq_len=args["max_seq_len"], total_tokens=sum(lengths),
+                      train_units=units, processed_file=str(processed))

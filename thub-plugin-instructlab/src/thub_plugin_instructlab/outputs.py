@@ -1,0 +1,185 @@
+"""instructlab-training's outputs turned into thub's: metrics lines and checkpoints. Pure Python.
+
+instructlab-training writes ``{ckpt_output_dir}/training_params_and_metrics_global{rank}.jsonl``:
+hparams lines (``vars(args)``, then one with ``num_batches``/``total_samples``), one line per
+optimizer step (``epoch``, ``step``, ``lr``, ``avg_loss``, ``samples_seen``, ``num_epoch_steps``,
+``gradnorm``, ... and an ISO ``timestamp``), and validation lines (``val_loss``, with ``step``).
+Checkpoints go to ``{ckpt_output_dir}/hf_format/samples_{N}`` (or ``last_epoch``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+# instructlab field -> thub field (the rest of the numeric fields are kept under their own names)
+_RENAMES = {"avg_loss": "loss", "lr": "learning_rate", "gradnorm": "grad_norm", "overall_throughput": "samples_per_second"}
+_DROP = {"rank", "timestamp", "step", "epoch"}
+_SAMPLES_DIR = re.compile(r"^samples_(\d+)$")
+
+
+def metrics_file(ckpt_output_dir: str | Path, rank: int = 0) -> Path:
+    return Path(ckpt_output_dir) / f"training_params_and_metrics_global{rank}.jsonl"
+
+
+def expected_max_steps(num_samples: int, effective_batch_size: int, num_epochs: int, validation_split: float = 0.0) -> int:
+    """Optimizer steps instructlab-training will take: ceil(train samples / batch) x epochs.
+
+    Its loader batches ``effective_batch_size`` samples with ``drop_last=False``; the validation
+    split (``datasets.train_test_split``) takes ``ceil(split x n)`` samples.
+    """
+    train = num_samples - (math.ceil(validation_split * num_samples) if validation_split else 0)
+    return max(1, math.ceil(max(train, 0) / effective_batch_size)) * num_epochs
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+class MetricsConverter:
+    """Turns instructlab metrics lines into thub metrics lines (``None`` for lines that are not steps).
+
+    ``max_steps`` starts from thub's estimate and becomes exact once instructlab reports
+    ``num_epoch_steps`` (steps per epoch) or its ``num_batches`` hparams line.
+    """
+
+    def __init__(self, max_steps: int | None, num_epochs: int) -> None:
+        self.max_steps = max_steps
+        self.num_epochs = num_epochs
+        self.hparams: list[dict[str, Any]] = []
+        self.pending_validation: dict[str, Any] = {}
+        self.step_for_samples: dict[int, int] = {}
+        self.last: dict[str, Any] | None = None
+
+    def convert(self, raw: dict[str, Any]) -> dict[str, Any] | None:
+        if "avg_loss" not in raw:
+            if any(key.startswith("val_") for key in raw):
+                self.pending_validation.update({k: v for k, v in raw.items() if k.startswith("val_")})
+            elif "step" not in raw:
+                self.hparams.append(raw)
+                if isinstance(raw.get("num_batches"), int):
+                    self.max_steps = raw["num_batches"] * self.num_epochs
+            return None
+        if isinstance(raw.get("num_epoch_steps"), int):
+            self.max_steps = raw["num_epoch_steps"] * self.num_epochs
+        step = int(raw["step"])
+        line: dict[str, Any] = {"step": step, "max_steps": self.max_steps, "epoch": raw.get("epoch")}
+        for key, value in raw.items():
+            if key in _DROP or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            line[_RENAMES.get(key, key)] = value
+        line.update(self.pending_validation)
+        self.pending_validation = {}
+        timestamp = _timestamp(raw.get("timestamp"))
+        if timestamp is not None:
+            line["timestamp"] = timestamp
+        if isinstance(raw.get("samples_seen"), int):
+            self.step_for_samples[raw["samples_seen"]] = step
+        self.last = line
+        return line
+
+    def step_of_checkpoint(self, path: Path) -> int | None:
+        """The optimizer step at which ``hf_format/samples_N`` was saved, when known."""
+        match = _SAMPLES_DIR.match(path.name)
+        if match:
+            return self.step_for_samples.get(int(match.group(1)))
+        return self.last["step"] if self.last else None
+
+
+def checkpoint_dirs(ckpt_output_dir: str | Path) -> list[Path]:
+    """Complete HF checkpoints under ``hf_format/`` (config plus weights written), oldest first."""
+    root = Path(ckpt_output_dir) / "hf_format"
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        if not child.is_dir() or not (child / "config.json").exists():
+            continue
+        if not any(child.glob("*.safetensors")) and not any(child.glob("*.bin")):
+            continue
+        match = _SAMPLES_DIR.match(child.name)
+        found.append((int(match.group(1)) if match else math.inf, child.stat().st_mtime, child))
+    return [path for *_, path in sorted(found, key=lambda item: (item[0], item[1]))]
+
+
+def read_new_lines(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """Complete JSON lines of ``path`` after byte ``offset``, and the offset after the last one."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+    except FileNotFoundError:
+        return [], offset
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    lines = []
+    for raw in chunk[: end + 1].splitlines():
+        if raw.strip():
+            try:
+                lines.append(json.loads(raw))
+            except json.JSONDecodeError:
+                continue
+    return lines, offset + end + 1
+
+
+class OutputFollower:
+    """Follows instructlab's metrics file and ``hf_format/`` while it trains (a daemon thread).
+
+    ``emit(line)`` receives each thub metrics line; ``on_checkpoint(path, step)`` each new
+    checkpoint directory. :meth:`stop` does a last pass, so nothing written before the end is lost.
+    """
+
+    def __init__(self, ckpt_output_dir: str | Path, converter: MetricsConverter,
+                 emit: Callable[[dict[str, Any]], Any], on_checkpoint: Callable[[Path, int], Any],
+                 rank: int = 0, interval: float = 0.5) -> None:
+        self.ckpt_output_dir = Path(ckpt_output_dir)
+        self.path = metrics_file(ckpt_output_dir, rank)
+        self.converter = converter
+        self.emit = emit
+        self.on_checkpoint = on_checkpoint
+        self.interval = interval
+        # a resumed run appends to the same file: only lines written from now on are new
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+        self.seen = {str(p) for p in checkpoint_dirs(self.ckpt_output_dir)}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="thub-ilab-follower", daemon=True)
+
+    def start(self) -> OutputFollower:
+        self._thread.start()
+        return self
+
+    def poll(self) -> None:
+        lines, self.offset = read_new_lines(self.path, self.offset)
+        for raw in lines:
+            line = self.converter.convert(raw)
+            if line is not None:
+                self.emit(line)
+        for path in checkpoint_dirs(self.ckpt_output_dir):
+            if str(path) not in self.seen:
+                self.seen.add(str(path))
+                step = self.converter.step_of_checkpoint(path)
+                self.on_checkpoint(path, step if step is not None else 0)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.poll()

@@ -1,0 +1,118 @@
+"""instructlab-training's metrics file, checkpoints and crash log turned into thub's outputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from thub.runner.context import RunContext
+from thub.runner.metrics import REQUIRED_FIELDS, read_metrics
+from thub.runner.rootcause import root_cause_from_file
+from thub.runner.rundir import RunDirectory
+from thub_plugin_instructlab.outputs import (
+    MetricsConverter,
+    OutputFollower,
+    checkpoint_dirs,
+    expected_max_steps,
+    read_new_lines,
+)
+from thub_plugin_instructlab.runner import failure_message
+
+FIXTURES = Path(__file__).parent / "fixtures"
+METRICS = FIXTURES / "training_params_and_metrics_global0.jsonl"
+
+
+def _context(tmp_path: Path) -> RunContext:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return RunContext(algorithm="sft", backend="instructlab-training", params={"ckpt_output_dir": str(tmp_path)},
+                      run_dir=RunDirectory(tmp_path))
+
+
+def _save(root: Path, name: str) -> Path:
+    path = root / "hf_format" / name
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(b"x")
+    return path
+
+
+def test_expected_max_steps_matches_instructlab_loader() -> None:
+    assert expected_max_steps(10, 4, 2) == 6  # ceil(10/4) = 3 batches (drop_last=False) x 2 epochs
+    assert expected_max_steps(10, 4, 1, validation_split=0.1) == 3  # 9 train samples
+    assert expected_max_steps(3, 32, 1) == 1
+
+
+def test_conversion_of_a_realistic_metrics_file() -> None:
+    lines, _ = read_new_lines(METRICS, 0)
+    converter = MetricsConverter(max_steps=expected_max_steps(10, 4, 2), num_epochs=2)
+    out = [line for raw in lines if (line := converter.convert(raw)) is not None]
+    assert [line["step"] for line in out] == [1, 2, 3, 4, 5, 6]
+    for line in out:
+        assert set(REQUIRED_FIELDS) | {"loss"} <= set(line)
+        assert line["max_steps"] == 6
+        assert isinstance(line["timestamp"], float)
+    first = out[0]
+    assert first["loss"] == 2.9 and first["learning_rate"] == 2e-05 * (1 - 1 / 6) and first["epoch"] == 0
+    assert "grad_norm" not in first and out[1]["grad_norm"] == 1.5  # null gradnorm is left out
+    assert first["samples_seen"] == 4 and first["samples_per_second"] == 12.5
+    assert "avg_loss" not in first and "lr" not in first and "rank" not in first
+    assert out[3]["val_loss"] == 2.9 and "val_loss" not in out[2]  # joins the next training line
+    assert len(converter.hparams) == 2
+    assert converter.step_for_samples == {4: 1, 8: 2, 10: 3, 14: 4, 18: 5, 20: 6}
+
+
+def test_max_steps_follows_instructlab_once_known() -> None:
+    converter = MetricsConverter(max_steps=99, num_epochs=2)
+    converter.convert({"num_batches": 5, "total_samples": 20})
+    assert converter.max_steps == 10
+    line = converter.convert({"step": 1, "epoch": 0, "avg_loss": 1.0, "lr": 1e-5, "num_epoch_steps": 4})
+    assert line["max_steps"] == 8
+
+
+def test_checkpoint_discovery(tmp_path: Path) -> None:
+    assert checkpoint_dirs(tmp_path) == []
+    late = _save(tmp_path, "samples_20")
+    early = _save(tmp_path, "samples_8")
+    (tmp_path / "hf_format" / "samples_30").mkdir()  # being written: no weights yet
+    assert checkpoint_dirs(tmp_path) == [early, late]
+    converter = MetricsConverter(6, 2)
+    converter.convert({"step": 2, "epoch": 0, "avg_loss": 1.0, "lr": 1e-5, "samples_seen": 8})
+    assert converter.step_of_checkpoint(early) == 2
+
+
+def test_follower_writes_thub_metrics_and_reports_checkpoints(tmp_path: Path) -> None:
+    context = _context(tmp_path)
+    source = tmp_path / METRICS.name
+    source.write_text('{"stale": "line from a previous attempt"}\n')
+    follower = OutputFollower(tmp_path, MetricsConverter(6, 2),
+                              emit=lambda line: context.metrics.log(line.pop("step"), **line),
+                              on_checkpoint=context.checkpoint, interval=0.05)
+    text = METRICS.read_text()
+    cut = text.index('"step": 3')  # in the middle of the step-3 line
+    with source.open("a") as handle:
+        handle.write(text[:cut])
+    follower.poll()  # the half-written line is not read yet
+    assert [line["step"] for line in read_metrics(context.run_dir.metrics)] == [1, 2]
+    _save(tmp_path, "samples_8")
+    with source.open("a") as handle:
+        handle.write(text[cut:])
+    follower.start()  # the thread polls; stop() makes a last pass
+    follower.stop()
+    lines = read_metrics(context.run_dir.metrics)
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    assert all(line["max_steps"] == 6 and "loss" in line for line in lines)
+    events = [json.loads(raw) for raw in context.run_dir.events.read_text().splitlines()]
+    assert [(Path(e["path"]).name, e["step"]) for e in events] == [("samples_8", 2)]
+
+
+def test_root_cause_of_instructlab_failure_on_cpu() -> None:
+    cause = root_cause_from_file(FIXTURES / "full_logs_global0.log")
+    assert cause[-1] == "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
+    assert any("torch.cuda.set_device" in line for line in cause)
+
+
+def test_failure_message_reads_the_node_log(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "full_logs_global0.log", tmp_path / "full_logs_global0.log")
+    assert "_cuda_setDevice" in failure_message(tmp_path, 0)
+    assert failure_message(tmp_path, 1) is None
