@@ -1,0 +1,128 @@
+"""Run history: the thub runs under a directory, one run's record, and the difference of two.
+
+Reads ``thub_run.json``, ``result.json`` and ``training_metrics.jsonl`` only (no backend import).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from thub.errors import UsageError
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _last_metrics(run: Path) -> dict[str, Any] | None:
+    path = run / "training_metrics.jsonl"
+    if not path.is_file():
+        return None
+    for raw in reversed(path.read_text(errors="replace").splitlines()):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
+def discover(root: str | Path, depth: int = 3) -> list[Path]:
+    """Run directories (holding ``thub_run.json``) at or under ``root``, up to ``depth`` levels down."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"{root}: no such directory")
+    found, frontier = [], [root]
+    for _ in range(depth + 1):
+        following = []
+        for directory in frontier:
+            if (directory / "thub_run.json").is_file():
+                found.append(directory)
+                continue  # a run's checkpoints are not runs
+            try:
+                following.extend(sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")))
+            except OSError:
+                continue
+        frontier = following
+    return found
+
+
+def summarise(run: str | Path) -> dict[str, Any]:
+    """Status, algorithm, backend, steps, final loss/reward, duration and start of one run."""
+    run = Path(run)
+    record = _read(run / "thub_run.json")
+    if record is None:
+        raise UsageError(f"{run}: not a thub run (no readable thub_run.json)")
+    result = _read(run / "result.json")
+    last = (result or {}).get("last_metrics") or _last_metrics(run) or {}
+    if result:
+        status = str(result.get("status", "unknown"))
+    else:
+        status = "running or stopped"  # no result.json: in progress, or killed before writing it
+    duration = (result or {}).get("wall_seconds")
+    if duration is None and last.get("timestamp") and record.get("created"):
+        duration = round(float(last["timestamp"]) - float(record["created"]), 3)
+    grpo = str(record.get("algorithm", "")).endswith("grpo")
+    return {
+        "name": run.name,
+        "path": str(run),
+        "status": status,
+        "algorithm": record.get("algorithm"),
+        "backend": record.get("backend"),
+        "step": last.get("step"),
+        "max_steps": last.get("max_steps"),
+        "final_metric": "reward" if grpo else "loss",
+        "final_value": last.get("reward" if grpo else "loss"),
+        "duration_seconds": duration,
+        "started": record.get("created"),
+        "final_checkpoint": (result or {}).get("final_checkpoint"),
+    }
+
+
+def show(run: str | Path) -> dict[str, Any]:
+    """Everything recorded about a run: configuration with sources, versions, result, checkpoints."""
+    run = Path(run)
+    summary = summarise(run)
+    record = _read(run / "thub_run.json") or {}
+    checkpoints = sorted(str(p) for p in (run / "checkpoints").glob("checkpoint-*") if p.is_dir())
+    return {
+        **summary,
+        "parameters": record.get("parameters", {}),
+        "ignored": record.get("ignored", []),
+        "versions": record.get("versions", {}),
+        "command_line": record.get("command_line"),
+        "resume_from": record.get("resume_from"),
+        "result": _read(run / "result.json"),
+        "checkpoints": checkpoints,
+    }
+
+
+def diff(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
+    """Parameters (and algorithm, backend, library versions) that differ between two runs."""
+    records = []
+    for run in (run_a, run_b):
+        record = _read(Path(run) / "thub_run.json")
+        if record is None:
+            raise UsageError(f"{run}: not a thub run (no readable thub_run.json)")
+        records.append(record)
+    a, b = records
+    params_a, params_b = a.get("parameters", {}), b.get("parameters", {})
+    changed = []
+    for name in sorted(set(params_a) | set(params_b)):
+        pa, pb = params_a.get(name, {}), params_b.get(name, {})
+        if pa.get("value") != pb.get("value"):
+            changed.append({"name": name, "a": pa.get("value"), "b": pb.get("value"),
+                            "source_a": pa.get("source"), "source_b": pb.get("source")})
+    top = []
+    for key in ("algorithm", "backend"):
+        if a.get(key) != b.get(key):
+            top.append({"name": key, "a": a.get(key), "b": b.get(key)})
+    lib_a, lib_b = (r.get("versions", {}).get("library", {}) for r in (a, b))
+    if lib_a != lib_b:
+        top.append({"name": "library", "a": lib_a, "b": lib_b})
+    return {"a": str(run_a), "b": str(run_b), "run": top, "parameters": changed}
