@@ -37,8 +37,8 @@ def test_plugins_json_lists_builtins(thub_cli) -> None:
 
 def test_algorithms_and_backends_json(thub_cli) -> None:
     algorithms = {a["name"]: a for a in thub_cli("algorithms", "--json").json()["algorithms"]}
-    assert algorithms["sft"]["backends"] == ["trl"]
-    assert algorithms["osft"]["backends"] == []
+    assert algorithms["sft"]["backends"][0] == "trl"
+    assert algorithms["osft"]["backends"] == ["mini-trainer"]
     backends = thub_cli("backends", "sft", "--json").json()["backends"]
     assert backends[0]["name"] == "trl" and backends[0]["ready"] is True
     assert thub_cli("backends", "nope").exit_code == 2
@@ -107,3 +107,12 @@ def test_train_help_is_generated_from_the_model(thub_cli) -> None:
     for option in ("--lora-r", "--lora-alpha", "--target-modules", "--unmask-messages / --no-unmask-messages", "--learning-rate"):
         assert option in result.stdout
     assert "LoRA rank. [lora; default: 16]" in " ".join(result.stdout.split())
+
+
+def test_every_example_config_resolves(thub_cli) -> None:
+    configs = sorted((Path(__file__).parents[1] / "examples" / "configs").glob("*.yaml"))
+    assert configs
+    for config in configs:
+        algorithm = yaml.safe_load(config.read_text()).get("algorithm") or config.stem
+        result = thub_cli("train", algorithm, "--config", str(config), "--dry-run", "--json")
+        assert result.exit_code == 0, f"{config}: {result.stderr}"

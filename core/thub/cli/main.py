@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "runs": "thub.cli.runs:runs",
     "estimate": "thub.cli.estimate:estimate",
     "plot": "thub.cli.plot:plot",
+    "history": "thub.cli.history:history",
     "install": "thub.cli.install:install",
     "uninstall": "thub.cli.install:uninstall",
     "envs": "thub.cli.install:envs",
