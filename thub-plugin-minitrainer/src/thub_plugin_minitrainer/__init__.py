@@ -1,0 +1,108 @@
+"""thub backend ``mini-trainer``: registration only. mini_trainer and torch are imported in ``runner``.
+
+The plugin registers even when mini-trainer is not installed: requirements are read from
+distribution metadata, and ``thub backends`` / ``thub doctor`` say what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from thub import hookimpl
+from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec
+from thub_plugin_minitrainer.translate import DEFAULTS, HONOURED, translate
+
+# The training library first (its version is recorded in thub_run.json).
+REQUIREMENTS = ("rhai-innovation-mini-trainer>=0.9,<0.10", "datasets>=5", "transformers>=4.57.1", "torch>=2.6")
+INSTALL = ("pip install torch  # a CUDA build on GPU machines\n"
+           "pip install 'thub-plugin-minitrainer[mini-trainer]'  # + flash-attn on GPUs: [cuda]")
+BACKEND = "mini-trainer"
+README = "thub-plugin-minitrainer/README.md"
+
+
+@hookimpl
+def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
+    register(BackendSpec(
+        name=BACKEND,
+        summary="mini-trainer (Red Hat AI Innovation): sft, osft (orthogonal subspace) and pretraining; NVIDIA GPUs.",
+        algorithms=HONOURED,
+        runner="thub_plugin_minitrainer.runner:run",
+        requirements=REQUIREMENTS,
+        needs_cuda=True,
+        priority=8,  # below trl (10): sft on a GPU keeps its default; osft has only this backend
+        defaults=DEFAULTS,
+        launcher="python",  # mini_trainer.run_training starts torchrun itself
+        docs=README,
+    ))
+
+
+@hookimpl
+def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    if backend != BACKEND:
+        return None
+    return translate(algorithm, params)
+
+
+def _requirements_check(_context: CheckContext) -> CheckResult:
+    from thub.selection import requirement_problem
+
+    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
+    if problems:
+        return CheckResult("fail", "mini-trainer backend requirements not met", tuple(problems), fix=INSTALL)
+    return CheckResult("ok", "rhai-innovation-mini-trainer, datasets>=5, transformers and torch installed")
+
+
+def _gpu_check(_context: CheckContext) -> CheckResult:
+    from thub.selection import cuda_visible
+
+    if cuda_visible():
+        return CheckResult("ok", "an NVIDIA driver is present")
+    return CheckResult(
+        "fail", f"backend {BACKEND} needs an NVIDIA GPU; none found",
+        ("mini-trainer's workers call init_process_group('nccl', device_id=cuda:LOCAL_RANK) and "
+         "torch.cuda.set_device; there is no CPU path",),
+        fix="run on a machine with an NVIDIA GPU, or use `--backend trl` (trains on CPU)")
+
+
+def _attention_check(context: CheckContext) -> CheckResult:
+    from thub.selection import requirement_problem
+
+    env = context.env or os.environ
+    if requirement_problem("flash-attn") is None:
+        return CheckResult("ok", "flash-attn installed (mini-trainer uses flash_attention_2)")
+    if str(env.get("TESTING", "false")).lower() == "true":
+        return CheckResult("warn", "flash-attn missing; TESTING=true makes mini-trainer fall back to sdpa")
+    return CheckResult(
+        "fail", "flash-attn is not installed: mini-trainer raises ImportError when it loads the model",
+        fix="pip install flash-attn --no-build-isolation   # or set TESTING=true to use sdpa (slower)")
+
+
+def _torchrun_check(_context: CheckContext) -> CheckResult:
+    beside = Path(sys.executable).parent / "torchrun"
+    if beside.exists():
+        return CheckResult("ok", f"torchrun found next to the interpreter ({beside})")
+    found = shutil.which("torchrun")
+    if found:
+        return CheckResult("warn", f"torchrun is not next to {sys.executable}; {found} from PATH will be used")
+    return CheckResult("fail", "torchrun not found (mini_trainer.run_training starts it by name)",
+                       fix="pip install torch")
+
+
+@hookimpl
+def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
+    only = frozenset({BACKEND})
+    pre, gpu = frozenset({"preflight"}), frozenset({"preflight", "gpu"})
+    docs = f"{README}#doctor-checks"
+    register(CheckSpec("minitrainer.requirements", "mini-trainer backend libraries", _requirements_check,
+                       tags=pre, backends=only, docs=docs))
+    register(CheckSpec("minitrainer.gpu", "NVIDIA GPU for mini-trainer", _gpu_check, tags=gpu, backends=only,
+                       docs=docs))
+    register(CheckSpec("minitrainer.attention", "flash-attn or TESTING=true", _attention_check, tags=gpu,
+                       backends=only, docs=docs))
+    register(CheckSpec("minitrainer.torchrun", "torchrun launcher", _torchrun_check, tags=pre, backends=only,
+                       docs=docs))

@@ -1,0 +1,127 @@
+"""mini-trainer's ``training_metrics_{node_rank}.jsonl`` -> thub's ``training_metrics.jsonl``, live.
+
+Pure Python (no torch): the runner polls :class:`MetricsConverter` while mini-trainer trains.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from thub.runner.metrics import MetricsTail, MetricsWriter
+
+# mini-trainer field -> thub field; other numeric fields are kept under their own names
+RENAMED = {"lr": "learning_rate", "peak_memory_usage_GB": "peak_memory_gb"}
+DROPPED = {"step", "epoch", "timestamp"}
+
+_SAMPLES = re.compile(r"^samples_(\d+(?:\.\d+)?)(_best_val_loss)?$")
+
+
+def estimate_max_steps(num_train: int, batch_size: int, training_mode: str, max_epochs: int, max_steps: int) -> int:
+    """Optimizer steps mini-trainer will take: ``ceil(samples / batch_size)`` per epoch (drop_last=False)."""
+    if training_mode == "step":
+        return max_steps
+    return math.ceil(num_train / batch_size) * max_epochs if num_train else 0
+
+
+def _timestamp(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()  # mini-trainer: local datetime.now().isoformat()
+    except ValueError:
+        import time
+
+        return time.time()
+
+
+def convert_line(line: dict[str, Any], max_steps: int | None, training_mode: str = "epoch",
+                 max_epochs: int = 1) -> dict[str, Any]:
+    """One mini-trainer metrics line as thub fields (without writing it)."""
+    step = int(line["step"])
+    per_epoch = line.get("steps_per_epoch")
+    if training_mode == "epoch" and per_epoch:
+        max_steps = int(per_epoch) * max_epochs  # exact: len(data_loader) x epochs
+    out: dict[str, Any] = {"step": step, "max_steps": max_steps}
+    # mini-trainer's epoch is the 0-based epoch counter; thub's is fractional progress like HF Trainer's
+    out["epoch"] = round(step / per_epoch, 4) if per_epoch else line.get("epoch")
+    for key, value in line.items():
+        if key in DROPPED or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        out[RENAMED.get(key, key)] = value
+    out["timestamp"] = _timestamp(line.get("timestamp"))
+    return out
+
+
+class MetricsConverter:
+    """Follows mini-trainer's metrics file and appends converted lines to thub's stream.
+
+    ``start_offset`` skips lines already there (a resumed run appends to the same file);
+    ``logging_steps`` keeps every N-th step (and the last one).
+    """
+
+    def __init__(self, source: str | Path, writer: MetricsWriter, *, max_steps: int | None,
+                 training_mode: str = "epoch", max_epochs: int = 1, logging_steps: int = 1,
+                 start_offset: int = 0) -> None:
+        self.tail = MetricsTail(source)
+        self.tail.offset = start_offset
+        self.writer = writer
+        self.max_steps = max_steps
+        self.training_mode = training_mode
+        self.max_epochs = max_epochs
+        self.logging_steps = max(1, logging_steps)
+        self.samples_to_step: dict[int, int] = {}
+        self.last: dict[str, Any] | None = None
+
+    def poll(self) -> list[dict[str, Any]]:
+        written = []
+        for raw in self.tail.poll():
+            if "step" not in raw or "loss" not in raw:
+                continue  # not a training-step line
+            line = convert_line(raw, self.max_steps, self.training_mode, self.max_epochs)
+            self.max_steps = line["max_steps"]
+            if raw.get("total_samples_accumulated") is not None:
+                self.samples_to_step[int(raw["total_samples_accumulated"])] = line["step"]
+            self.last = line
+            if line["step"] % self.logging_steps == 0 or line["step"] == line["max_steps"]:
+                written.append(self.writer.log(**line))
+        return written
+
+
+def hf_checkpoints(output_dir: str | Path) -> list[tuple[Path, int, bool]]:
+    """Finished ``hf_format/samples_N[_best_val_loss]`` checkpoints: ``(path, samples, best_val_loss)``.
+
+    A directory counts once its config and tokenizer are written (mini-trainer writes the weights,
+    then the config, then the tokenizer), sorted by samples.
+    """
+    root = Path(output_dir) / "hf_format"
+    found = []
+    if root.is_dir():
+        for child in root.iterdir():
+            match = _SAMPLES.match(child.name)
+            if not (match and child.is_dir() and (child / "config.json").exists()):
+                continue
+            if not any((child / name).exists() for name in ("tokenizer_config.json", "tokenizer.json")):
+                continue
+            found.append((child, int(float(match.group(1))), bool(match.group(2))))
+    return sorted(found, key=lambda item: (item[1], item[2]))
+
+
+def latest_full_state(output_dir: str | Path) -> tuple[Path, int] | None:
+    """The newest ``full_state_checkpoints/step_N`` with its ``training_state.pt`` (as mini-trainer finds it)."""
+    root = Path(output_dir) / "full_state_checkpoints"
+    found = []
+    if root.is_dir():
+        for child in root.iterdir():
+            suffix = child.name.removeprefix("step_")
+            if child.name.startswith("step_") and suffix.isdigit() and (child / "training_state.pt").exists():
+                found.append((int(suffix), child))
+    if not found:
+        return None
+    step, path = max(found)
+    return path, step
