@@ -60,18 +60,33 @@ def _make_command(algorithm: str) -> click.Command:
         control = {k: kwargs.pop(k) for k in ("backend", "config", "overrides", "dry_run", "as_json",
                                               "allow_ignored", "overwrite", "resume")}
         from thub.config.resolve import resolve
+        from thub.launch.submit import LaunchOptions, distributed_flags
 
+        launch = LaunchOptions.pop_from(kwargs)  # --launcher/--cluster/--nodes/...: see thub.launch
+        launch.check()
+        flags = _flag_values(infos, kwargs)
+        flags.update(distributed_flags(launch, flags))  # --nodes/--gpus-per-node -> nnodes/nproc_per_node
         resolved = resolve(
             registry,
             algorithm,
             backend=control["backend"],
             config_file=control["config"],
-            flags=_flag_values(infos, kwargs),
+            flags=flags,
             overrides=list(control["overrides"]),
             allow_ignored=control["allow_ignored"],
         )
+        if launch.launcher == "local":
+            from thub.launch.torchrun import apply_pet_environment
+
+            apply_pet_environment(resolved)  # Kubeflow Trainer / plain multi-node: this node's worker
         for problem in resolved.ignored:
             console().print(f"[yellow]warning:[/yellow] ignored by {resolved.backend.name}: {problem}")
+        if launch.launcher == "slurm":
+            from thub.launch.submit import launch_slurm
+
+            sys.exit(launch_slurm(resolved, launch, dry_run=control["dry_run"], as_json=control["as_json"],
+                                  overwrite=control["overwrite"], resume=control["resume"],
+                                  command_line=["thub", *sys.argv[1:]]))
         if control["dry_run"]:
             show_plan(resolved, control["as_json"])
             return
@@ -95,6 +110,14 @@ def _make_command(algorithm: str) -> click.Command:
         click.Option(["--allow-ignored"], is_flag=True, help="Warn instead of failing on parameters the backend does not honour."),
         click.Option(["--overwrite"], is_flag=True, help="Reuse a run directory that holds a finished run."),
         click.Option(["--resume"], is_flag=True, help="Continue the run in ckpt_output_dir from its latest checkpoint."),
+        click.Option(["--launcher"], type=click.Choice(["local", "slurm"]), default=None,
+                     help="local (this machine; PET_* makes it one node's worker) or slurm (sbatch). [default: local]"),
+        click.Option(["--cluster"], help="Cluster profile for --launcher slurm (see `thub clusters`). [default: local]"),
+        click.Option(["--cluster-file"], type=click.Path(dir_okay=False), help="Extra YAML file of cluster profiles."),
+        click.Option(["--nodes"], type=click.IntRange(min=1), help="Nodes (sets nnodes; effective_batch_size stays fixed)."),
+        click.Option(["--gpus-per-node"], type=click.IntRange(min=1), help="GPUs (processes) per node (sets nproc_per_node)."),
+        click.Option(["--time", "time_limit"], metavar="D-HH:MM:SS", help="Wall time of each SLURM job (default: the profile's)."),
+        click.Option(["--max-restarts"], type=click.IntRange(min=0), help="Chain K more jobs (afterany) that resume from the latest checkpoint."),
         *(_option_for(info) for info in infos.values()),
     ]
     return click.Command(
@@ -107,10 +130,13 @@ def _make_command(algorithm: str) -> click.Command:
     )
 
 
-def show_plan(resolved: Any, as_json: bool) -> None:
+def show_plan(resolved: Any, as_json: bool, footer: str | None = "Dry run: nothing was written.") -> None:
     from thub.api import plan_data
+    from thub.launch.torchrun import is_distributed, torchrun_sources
 
     data = plan_data(resolved)
+    if is_distributed(resolved.values()):
+        data["torchrun"] = torchrun_sources(resolved.values(), resolved.sources)
     if as_json:
         emit_json(data)
         return
@@ -125,7 +151,12 @@ def show_plan(resolved: Any, as_json: bool) -> None:
         import yaml
 
         out.print(yaml.safe_dump(data["translation"], sort_keys=False, default_flow_style=False).rstrip(), markup=False)
-    out.print("\n[dim]Dry run: nothing was written.[/dim]")
+    if "torchrun" in data:
+        out.print("\n[bold]torchrun settings[/bold] (explicit > PET_* environment > defaults):")
+        table(None, ["setting", "value", "source"],
+              [[k, format_value(v["value"]), v["source"]] for k, v in data["torchrun"].items()])
+    if footer:
+        out.print(f"\n[dim]{footer}[/dim]")
 
 
 class AlgorithmGroup(click.Group):

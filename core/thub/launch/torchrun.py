@@ -50,3 +50,65 @@ def torchrun_args(params: Mapping[str, Any], environ: Mapping[str, str] | None =
     if int(values["nnodes"]) == 1 and "rdzv_endpoint" not in values and "master_port" not in values:
         args.append("--standalone")  # single node: a free port, no rendezvous server needed
     return args
+
+
+def torchrun_sources(params: Mapping[str, Any], sources: Mapping[str, str],
+                     environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """Each effective torchrun setting with where it came from (for ``--dry-run``)."""
+    environ = os.environ if environ is None else environ
+    shown: dict[str, dict[str, Any]] = {}
+    for name, value in torchrun_values(params, environ).items():
+        variable = _FLAGS.get(name, ("", ""))[1]
+        if params.get(name) is not None:
+            source = sources.get(name, "parameter")
+        elif variable and variable in environ:
+            source = f"env {variable}"
+        else:
+            source = "default"
+        shown[name] = {"value": value, "source": source}
+    return shown
+
+
+def is_head_node(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this node owns the run's result: node rank 0, or not a multi-node launch at all."""
+    environ = os.environ if environ is None else environ
+    return str(environ.get("PET_NODE_RANK", "0")).strip() in ("", "0")
+
+
+def apply_pet_environment(resolved: Any, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Fill distributed parameters still at their defaults from ``PET_*`` (Kubeflow Trainer).
+
+    The worker then splits ``effective_batch_size`` over the real world size, and ``--dry-run``
+    shows ``env PET_NNODES`` etc. as the source. Explicit values (config, THUB_*, flags, --set)
+    win. Returns the names filled in. ``resolved`` is a :class:`thub.config.resolve.ResolvedConfig`.
+    """
+    from thub.config.fields import param_infos, parse_text
+
+    environ = os.environ if environ is None else environ
+    infos = param_infos(type(resolved.params))
+    updates: dict[str, Any] = {}
+    for name, (_flag, variable) in _FLAGS.items():
+        if name in infos and variable in environ and resolved.sources.get(name, "default") == "default":
+            updates[name] = parse_text(infos[name], environ[variable])
+    if updates:
+        from thub.errors import UsageError
+
+        for name, value in updates.items():
+            # a whole-model re-validation could trip unrelated cross-field checks: check each one
+            wants_int = int in infos[name].base_types
+            if wants_int and not (isinstance(value, int) or value in ("auto", "gpu") and name == "nproc_per_node"):
+                raise UsageError(f"{_FLAGS[name][1]}={environ[_FLAGS[name][1]]!r}: expected an integer")
+            if name in ("rdzv_id", "rdzv_endpoint", "master_addr"):
+                updates[name] = str(value)
+        resolved.params = resolved.params.model_copy(update=updates)
+        for name in updates:
+            resolved.sources[name] = f"env {_FLAGS[name][1]}"
+    return sorted(updates)
+
+
+def is_distributed(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> bool:
+    """More than one process, or a ``PET_*`` environment: worth showing torchrun settings."""
+    environ = os.environ if environ is None else environ
+    procs = params.get("nproc_per_node")
+    return (any(name.startswith("PET_") for name in environ) or int(params.get("nnodes") or 1) > 1
+            or isinstance(procs, str) or int(procs or 1) > 1)

@@ -62,7 +62,7 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
     backend = resolved.backend
     # the first requirement is the training library by convention (e.g. "trl>=1.16")
     library_name = Requirement(backend.requirements[0]).name if backend.requirements else None
-    return {
+    record = {
         "schema_version": 1,
         "algorithm": resolved.algorithm.name,
         "backend": backend.name,
@@ -79,6 +79,14 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
         "resume_from": resume_from,
         "created": time.time(),
     }
+    from thub.envs.record import environment_record
+
+    # which environment runs the child (a managed one: its interpreter, library and lock)
+    record["environment"] = environment = environment_record(backend)
+    if environment["kind"] == "managed":
+        record["versions"]["library"] = environment["library"] or record["versions"]["library"]
+        record["versions"]["python"] = environment["python_version"] or record["versions"]["python"]
+    return record
 
 
 def _validate_data(resolved: ResolvedConfig) -> None:
@@ -200,15 +208,40 @@ def run_training(
             truncate_after(run_dir.metrics, latest[1])
     record = build_record(resolved, command_line or ["thub.api"], resume_from)
     write_json_atomic(run_dir.record, record)
+    from thub.launch.torchrun import is_head_node
 
+    # under Kubeflow / plain multi-node (PET_* set), only node 0 owns result.json
+    return supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
+                     resume_from=resume_from, quiet_json=quiet_json, head=is_head_node())
+
+
+def supervise(
+    resolved: ResolvedConfig,
+    run_dir: RunDirectory,
+    command: list[str],
+    *,
+    command_line: list[str] | None = None,
+    resume_from: str | None = None,
+    quiet_json: bool = False,
+    head: bool = True,
+) -> dict[str, Any]:
+    """Run ``command`` for a prepared run directory and write ``result.json``.
+
+    Also used by a scheduler's node worker (thub.launch.worker). ``head=False`` is a node that
+    does not own the run's result (other nodes of a multi-node job): a clean exit without a
+    result of its own is then success, and it writes nothing, so it never clobbers the head's.
+    """
     progress = Progress(enabled=not quiet_json)
     supervisor = _Supervisor(resolved, run_dir, progress)
     supervisor.fire("started", {"resume_from": resume_from, "command": command_line})
     started = time.time()
     with progress:
-        code, stopped = supervisor.run(child_command(resolved, run_dir))
+        code, stopped = supervisor.run(command)
 
     result = read_json(run_dir.result)
+    if not head:
+        # a worker node: the run's result belongs to the node that holds rank 0; never clobber it
+        return {"status": "succeeded" if code == 0 else "failed", "role": "worker", "exit_code": code}
     if result is None or code not in (0, None) and not stopped:
         cause = root_cause_from_file(run_dir.log_file)
         result = {

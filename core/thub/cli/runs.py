@@ -1,0 +1,170 @@
+"""``thub runs status|logs|cancel|wait RUN_DIR``: a run as the scheduler and its files see it.
+
+Works for every run directory: local runs have only files; SLURM runs also have job ids in
+``thub_run.json`` (``launch.job_ids``), asked about with squeue / scontrol / scancel.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from thub.cli.output import console, emit_json, table
+from thub.errors import UsageError
+
+# SLURM states after which a job will not run again
+_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+          "BOOT_FAIL", "DEADLINE"}
+
+
+def _run(run_dir: str) -> tuple[Any, dict[str, Any]]:
+    from thub.runner.rundir import RunDirectory, read_json
+
+    directory = RunDirectory(Path(run_dir))
+    record = read_json(directory.record)
+    if record is None:
+        raise UsageError(f"{run_dir}: not a thub run directory (no thub_run.json)")
+    return directory, record
+
+
+def _progress(directory: Any) -> dict[str, Any] | None:
+    from thub.runner.metrics import read_metrics
+
+    lines = read_metrics(directory.metrics)
+    if not lines:
+        return None
+    last, first = lines[-1], lines[0]
+    info: dict[str, Any] = {"step": last.get("step"), "max_steps": last.get("max_steps")}
+    for key in ("loss", "reward", "mean_reward", "epoch", "learning_rate"):
+        if last.get(key) is not None:
+            info[key] = last[key]
+    if info["max_steps"]:
+        info["percent"] = round(100.0 * info["step"] / info["max_steps"], 1)
+        done_steps = last["step"] - first.get("step", 0)
+        elapsed = last.get("timestamp", 0) - first.get("timestamp", 0)
+        if done_steps > 0 and elapsed > 0:
+            info["eta_seconds"] = round(elapsed / done_steps * (info["max_steps"] - last["step"]), 1)
+    return info
+
+
+def status_data(run_dir: str) -> dict[str, Any]:
+    """Everything ``thub runs status`` shows, as data (``--json``)."""
+    from thub.launch import slurm
+    from thub.runner.rundir import read_json
+
+    directory, record = _run(run_dir)
+    launch = record.get("launch") or {"launcher": "local"}
+    job_ids = [str(j) for j in launch.get("job_ids") or []]
+    jobs = slurm.job_states(job_ids) if job_ids else {}
+    result = read_json(directory.result)
+    status = result["status"] if result else "unknown"
+    if not result and job_ids:
+        states = [jobs.get(j, {}).get("state", "") for j in job_ids]
+        live = [s for s in states if s and s not in _ENDED]
+        status = "running" if "RUNNING" in live else "queued" if live else "ended"
+    return {"run_dir": str(directory.path), "algorithm": record.get("algorithm"), "backend": record.get("backend"),
+            "launcher": launch.get("launcher", "local"), "cluster": launch.get("cluster"), "status": status,
+            "jobs": [{"job_id": j, **jobs.get(j, {"state": "UNKNOWN"})} for j in job_ids],
+            "progress": _progress(directory), "result": result}
+
+
+@click.group()
+def runs() -> None:
+    """Inspect, follow and cancel runs (local or SLURM) by their run directory."""
+
+
+@runs.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(run_dir: str, as_json: bool) -> None:
+    """Scheduler state of each job, progress from the metrics file, and the result."""
+    data = status_data(run_dir)
+    if as_json:
+        emit_json(data)
+        return
+    out = console()
+    out.print(f"[bold]{data['run_dir']}[/bold]: {data['algorithm']} on {data['backend']} "
+              f"({data['launcher']}{', ' + data['cluster'] if data['cluster'] else ''}) - {data['status']}",
+              highlight=False)
+    if data["jobs"]:
+        table(None, ["job", "state", "elapsed", "limit", "reason / exit"],
+              [[j["job_id"], j.get("state", ""), j.get("elapsed", ""), j.get("time_limit", ""),
+                j.get("exit_code") or j.get("reason", "")] for j in data["jobs"]])
+    progress = data["progress"]
+    if progress:
+        parts = [f"step {progress['step']}/{progress.get('max_steps') or '?'}"]
+        if "percent" in progress:
+            parts.append(f"{progress['percent']}%")
+        for key in ("loss", "reward", "mean_reward"):
+            if key in progress:
+                parts.append(f"{key} {progress[key]:.4g}")
+        if "eta_seconds" in progress:
+            parts.append(f"ETA {progress['eta_seconds']:.0f} s")
+        out.print("progress: " + ", ".join(parts), highlight=False)
+    if data["result"] and data["result"].get("error"):
+        out.print(f"[red]error:[/red] {data['result']['error']}", highlight=False)
+
+
+@runs.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("-n", "--lines", default=50, show_default=True, help="Last N lines of each log.")
+@click.option("--all", "whole", is_flag=True, help="Whole logs.")
+def logs(run_dir: str, lines: int, whole: bool) -> None:
+    """The training log(s) and the scheduler's job output."""
+    directory, _record = _run(run_dir)
+    files = sorted(directory.logs.glob("*.log")) + sorted(directory.logs.glob("slurm-*.out"))
+    if not files:
+        raise UsageError(f"{run_dir}: no logs yet")
+    for path in files:
+        text = path.read_text(errors="replace").splitlines()
+        click.echo(f"==> {path} <==")
+        click.echo("\n".join(text if whole else text[-lines:]))
+
+
+@runs.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--dry-run", is_flag=True, help="Show the scancel command; cancel nothing.")
+def cancel(run_dir: str, dry_run: bool) -> None:
+    """Cancel every job of the run's chain (restarts included)."""
+    from thub.launch import slurm
+
+    _directory, record = _run(run_dir)
+    job_ids = [str(j) for j in (record.get("launch") or {}).get("job_ids") or []]
+    if not job_ids:
+        raise UsageError(f"{run_dir}: no scheduler jobs recorded (a local run stops with Ctrl-C)")
+    if dry_run:
+        click.echo("$ scancel " + " ".join(job_ids))
+        return
+    done = slurm.cancel(job_ids)
+    if done.returncode != 0:
+        raise UsageError(f"scancel failed: {done.stderr.strip()}")
+    console().print(f"cancelled {', '.join(job_ids)}", highlight=False)
+
+
+@runs.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds (exit 124).")
+@click.option("--json", "as_json", is_flag=True, help="Print the final status as JSON.")
+def wait(run_dir: str, timeout: float | None, as_json: bool) -> None:
+    """Wait until the run's jobs have ended; exit 0 only if the run succeeded."""
+    started = time.time()
+    while True:
+        data = status_data(run_dir)
+        ended = data["jobs"] and all(j.get("state") in _ENDED for j in data["jobs"])
+        if ended or (not data["jobs"] and data["result"]) or data["status"] == "succeeded" and not any(
+                j.get("state") in ("RUNNING", "COMPLETING") for j in data["jobs"]):
+            break
+        if timeout is not None and time.time() - started > timeout:
+            if as_json:
+                emit_json(data)
+            sys.exit(124)
+        time.sleep(1.0)
+    if as_json:
+        emit_json(data)
+    else:
+        console().print(f"{data['run_dir']}: {data['status']}", highlight=False)
+    sys.exit(0 if data["status"] == "succeeded" else 1)

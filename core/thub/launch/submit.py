@@ -1,0 +1,181 @@
+"""``thub train ... --launcher slurm``: from a resolved run to a submitted (or dry-run) job.
+
+Called by ``thub.cli.train``; kept here so the train command only gains a dispatch. The flow
+mirrors a local run: validate the data, prepare the run directory (refuse a finished run unless
+``--overwrite``), write ``thub_run.json`` (with a ``launch`` section: cluster, nodes, script,
+job ids), render the script into ``RUN_DIR/slurm/job.sbatch`` and submit it with its chain.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from thub.errors import UsageError
+
+
+@dataclass
+class LaunchOptions:
+    """The launcher flags of ``thub train``."""
+
+    launcher: str = "local"
+    cluster: str | None = None
+    cluster_file: str | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    time: str | None = None
+    max_restarts: int = 0
+
+    @classmethod
+    def pop_from(cls, kwargs: dict[str, Any]) -> LaunchOptions:
+        """Take the launcher options out of a click callback's keyword arguments."""
+        return cls(launcher=kwargs.pop("launcher") or "local", cluster=kwargs.pop("cluster"),
+                   cluster_file=kwargs.pop("cluster_file"), nodes=kwargs.pop("nodes"),
+                   gpus_per_node=kwargs.pop("gpus_per_node"), time=kwargs.pop("time_limit"),
+                   max_restarts=kwargs.pop("max_restarts") or 0)
+
+    def check(self) -> None:
+        if self.launcher == "local":
+            used = [flag for flag, value in (("--cluster", self.cluster), ("--cluster-file", self.cluster_file),
+                                             ("--time", self.time), ("--max-restarts", self.max_restarts or None))
+                    if value is not None]
+            if used:
+                raise UsageError(f"{', '.join(used)} only apply with --launcher slurm")
+        elif not self.cluster:
+            self.cluster = "local"
+
+    def profile(self) -> Any:
+        from thub.launch.profiles import get_profile
+
+        return get_profile(self.cluster or "local", self.cluster_file)
+
+
+def distributed_flags(options: LaunchOptions, flags: dict[str, Any]) -> dict[str, Any]:
+    """``--nodes`` -> ``nnodes`` and ``--gpus-per-node`` -> ``nproc_per_node``.
+
+    Going through the ordinary parameters keeps ``effective_batch_size`` fixed: the backend
+    splits it over nnodes x nproc_per_node and an inexact split names the nearest valid values.
+    Under SLURM ``nnodes`` counts torchrun agents (nodes x the profile's tasks_per_node).
+    """
+    out: dict[str, Any] = {}
+    nodes, procs = options.nodes, options.gpus_per_node
+    if options.launcher == "slurm":
+        profile = options.profile()
+        procs = procs or flags.get("nproc_per_node") or profile.gpus_per_node or 1
+        if not isinstance(procs, int):
+            raise UsageError("--launcher slurm needs a number of processes per node (--gpus-per-node N)")
+        nodes = (nodes or flags.get("nnodes") or 1) * profile.tasks_per_node
+    for name, flag, value in (("nnodes", "--nodes", nodes), ("nproc_per_node", "--gpus-per-node", procs)):
+        if value is None:
+            continue
+        if flags.get(name) not in (None, value) and options.launcher != "slurm":
+            raise UsageError(f"{flag} {value} disagrees with --{name.replace('_', '-')} {flags[name]}")
+        out[name] = value
+    return out
+
+
+def _absolute_paths(resolved: Any) -> None:
+    """The job runs elsewhere: make the run directory absolute (other paths resolve from WORKDIR)."""
+    values = resolved.values()
+    absolute = os.path.abspath(values["ckpt_output_dir"])
+    if absolute != values["ckpt_output_dir"]:
+        resolved.params = resolved.params.model_copy(update={"ckpt_output_dir": absolute})
+
+
+def slurm_request(resolved: Any, options: LaunchOptions) -> Any:
+    """The :class:`~thub.launch.slurm.SlurmRequest` for a resolved run."""
+    from thub import __version__
+    from thub.launch.slurm import SlurmRequest
+
+    profile = options.profile()
+    values = resolved.values()
+    return SlurmRequest(
+        profile=profile, run_dir=Path(values["ckpt_output_dir"]), algorithm=resolved.algorithm.name,
+        nodes=int(values.get("nnodes") or 1) // profile.tasks_per_node or 1,
+        procs_per_node=int(values.get("nproc_per_node") or 1), time=options.time,
+        max_restarts=options.max_restarts, python=profile.python or sys.executable,
+        launcher=resolved.backend.launcher, thub_version=__version__, workdir=Path.cwd(),
+    )
+
+
+def _warnings(resolved: Any, profile: Any) -> list[str]:
+    values = resolved.values()
+    notes = []
+    if profile.offline and values.get("wandb_project"):
+        notes.append(f"cluster {profile.name!r} is offline: wandb logs locally (WANDB_MODE=offline); "
+                     "sync it later with `wandb sync`")
+    uri = str(values.get("mlflow_tracking_uri") or "")
+    if profile.offline and uri.startswith(("http://", "https://")):
+        notes.append(f"cluster {profile.name!r} is offline: mlflow_tracking_uri {uri} will not be reachable")
+    return notes
+
+
+def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_json: bool, overwrite: bool,
+                 resume: bool, command_line: list[str]) -> int:
+    """Dry-run (render, write and show the script) or submit; returns the exit code."""
+    from thub.cli.output import console, emit_json
+    from thub.launch import slurm
+
+    _absolute_paths(resolved)
+    request = slurm_request(resolved, options)
+    script = slurm.render_script(request)
+    commands = slurm.sbatch_commands(request)
+    notes = _warnings(resolved, request.profile)
+    launch = {"launcher": "slurm", "cluster": request.profile.name, "nodes": request.nodes,
+              "procs_per_node": request.procs_per_node, "agents": request.agents, "time": request.wall_time,
+              "max_restarts": request.max_restarts, "script_path": str(request.script_path),
+              "sbatch": commands, "warnings": notes}
+    if dry_run:
+        from thub.api import plan_data
+        from thub.cli.train import show_plan
+
+        slurm.write_script(request)
+        if as_json:
+            emit_json({**plan_data(resolved), "launch": {**launch, "script": script}})
+            return 0
+        show_plan(resolved, False, footer=None)
+        out = console()
+        out.print(f"\n[bold]SLURM batch script[/bold] (written to {request.script_path}):\n", highlight=False)
+        import shlex
+
+        import click
+
+        click.echo(script)  # verbatim: no wrapping or markup, so it can be copied as is
+        for argv in commands:
+            click.echo("$ " + shlex.join(argv))
+        for note in notes:
+            out.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+        out.print("\n[dim]Dry run: only the script was written; nothing was submitted.[/dim]")
+        return 0
+
+    from thub.runner.rundir import RunDirectory, write_json_atomic
+    from thub.runner.supervisor import _validate_data, build_record
+
+    _validate_data(resolved)  # seconds, here, rather than after the queue wait
+    run_dir = RunDirectory(request.run_dir)
+    run_dir.prepare(overwrite=overwrite, resume=resume)
+    latest = run_dir.latest_checkpoint() if resume else None
+    record = build_record(resolved, command_line, str(latest[0]) if latest else None)
+    record["launch"] = {**launch, "job_ids": [], "submitted": None,
+                        "environment": slurm.environment_summary()}
+    write_json_atomic(run_dir.record, record)
+    slurm.write_script(request)
+    job_ids = slurm.submit(request)
+    record["launch"].update(job_ids=job_ids, submitted=time.time())
+    write_json_atomic(run_dir.record, record)
+    result = {"status": "submitted", "run_dir": str(run_dir.path), "job_ids": job_ids,
+              "script": str(request.script_path), "warnings": notes}
+    if as_json:
+        emit_json(result)
+    else:
+        out = console()
+        for note in notes:
+            out.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+        chain = f" (+{len(job_ids) - 1} chained restarts)" if len(job_ids) > 1 else ""
+        out.print(f"submitted job {job_ids[0]}{chain} to cluster {request.profile.name!r}: {run_dir.path}\n"
+                  f"follow it with: thub runs status {run_dir.path}", markup=False, highlight=False)
+    return 0
