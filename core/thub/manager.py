@@ -31,6 +31,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "thub_builtins.algorithms",
     "thub_builtins.rewards",
     "thub_builtins.checks",
+    "thub_builtins.kubeflow",
 )
 
 # spec kind -> (hook name, spec type)
@@ -76,6 +77,10 @@ class Registry:
     rewards: dict[str, RewardSpec] = field(default_factory=dict)
     checks: dict[str, CheckSpec] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
+    # backend name -> managed environment holding it (read from manifests; see thub.envs)
+    environments: dict[str, str] = field(default_factory=dict)
+    # managed backends hidden because the current environment (or an earlier env) provides them
+    shadowed: list[str] = field(default_factory=list)
 
     def algorithm(self, name: str) -> AlgorithmSpec:
         from thub.errors import UsageError, did_you_mean
@@ -113,6 +118,11 @@ class Registry:
                 print(f"thub: event hook of {impl.plugin_name} failed: {exc}", file=sys.stderr)
 
     def translate(self, algorithm: str, backend: str, params: dict[str, Any]) -> Any:
+        if backend in self.environments:
+            # its plugin lives only in a managed environment: ask that interpreter
+            from thub.envs.remote import translate_in_env
+
+            return translate_in_env(self.backends[backend].python or "", algorithm, backend, params)
         return self.pm.hook.thub_translate_params(
             algorithm=algorithm, backend=backend, params=params
         )
@@ -162,7 +172,31 @@ class _Loader:
             self._add(name, lambda p=plugin: p, None, False)
         self.pm.check_pending()  # every remaining plugin was validated in _add
         self._collect()
+        if load_entry_points:
+            self._merge_managed()
         return self.registry
+
+    def _merge_managed(self) -> None:
+        """Add backends of managed environments from their manifests (nothing is imported).
+
+        A backend the current environment also provides is hidden: the current one wins, and
+        ``registry.shadowed`` says so.
+        """
+        from thub.envs.manifest import managed_backends
+
+        found, errors = managed_backends()
+        for env_name, error in errors:
+            self.registry.failures.append(PluginFailure(f"env:{env_name}", None, None, "managed environment", error))
+        for env_name, spec in found:
+            if spec.name in self.registry.backends:
+                holder = self.registry.environments.get(spec.name)
+                where = f"managed environment {holder!r}" if holder else "the current environment"
+                self.registry.shadowed.append(
+                    f"backend {spec.name!r} of managed environment {env_name!r} is hidden: {where} provides it too and wins"
+                )
+                continue
+            self.registry.backends[spec.name] = spec
+            self.registry.environments[spec.name] = env_name
 
     def _fail(self, name: str, dist: tuple[str | None, str | None] | None, stage: str, exc: BaseException) -> None:
         distribution, version = dist or (None, None)

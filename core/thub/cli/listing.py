@@ -20,6 +20,39 @@ def plugins_data() -> dict[str, Any]:
         "schema_version": JSON_SCHEMA_VERSION,
         "plugins": [asdict(info) for info in registry.plugins.values()],
         "failures": [asdict(failure) for failure in registry.failures],
+        "managed": _managed_plugins(registry),
+        "shadowed": list(registry.shadowed),
+    }
+
+
+def _managed_plugins(registry: Any) -> list[dict[str, Any]]:
+    """Plugins of managed environments (from their manifests), with where they live."""
+    from thub.envs.manifest import list_manifests
+
+    return [
+        {**plugin, "environment": m.name, "python": m.python,
+         "backends": [b["name"] for b in m.backends if b.get("distribution") == plugin.get("distribution")]}
+        for m in list_manifests() for plugin in m.data.get("plugins", [])
+    ]
+
+
+def _location(registry: Any, spec: Any) -> dict[str, Any]:
+    """Where a backend lives: the current environment, or a managed one with its interpreter."""
+    env = registry.environments.get(spec.name)
+    if env is None:
+        import sys
+
+        return {"environment": "current", "python": sys.executable}
+    from thub.envs.manifest import manifest_for_python
+
+    manifest = manifest_for_python(spec.python)
+    entry = manifest.backend(spec.name) if manifest else None
+    return {
+        "environment": env,
+        "python": spec.python,
+        "path": str(manifest.env_path) if manifest else None,
+        "requirements": entry.get("requirements", []) if entry else [],
+        "library": entry.get("library") if entry else None,
     }
 
 
@@ -40,6 +73,12 @@ def plugins(as_json: bool) -> None:
         for p in data["plugins"]
     ]
     table("Plugins", ["plugin", "distribution", "registered"], rows)
+    for plugin in data["managed"]:
+        console().print(f"{plugin['name']}: {plugin['distribution']} {plugin['version']} in managed environment "
+                        f"{plugin['environment']!r} ({plugin['python']}); backends: {', '.join(plugin['backends']) or '-'}",
+                        markup=False)
+    for note in data["shadowed"]:
+        console().print(f"[yellow]note:[/yellow] {note}")
     for failure in data["failures"]:
         console().print(
             f"[red]✗ {failure['name']}[/red] ({failure['distribution'] or 'built-in'}) "
@@ -81,12 +120,14 @@ def backends(algorithm: str | None, as_json: bool) -> None:
     data = []
     for spec in chosen:
         ready, why = backend_status(spec)
+        where = _location(registry, spec)
         data.append({
             "name": spec.name,
             "summary": spec.summary,
             "algorithms": sorted(spec.algorithms),
-            "requirements": list(spec.requirements),
+            "requirements": where.pop("requirements", None) or list(spec.requirements),
             "missing": missing_requirements(spec),
+            **where,
             "needs_cuda": spec.needs_cuda,
             "priority": spec.priority,
             "ready": ready,
@@ -94,9 +135,13 @@ def backends(algorithm: str | None, as_json: bool) -> None:
             "plugin": spec.provenance.describe(),
         })
     if as_json:
-        emit_json({"schema_version": JSON_SCHEMA_VERSION, "backends": data})
+        emit_json({"schema_version": JSON_SCHEMA_VERSION, "backends": data, "shadowed": list(registry.shadowed)})
         return
-    rows = [[b["name"], ", ".join(b["algorithms"]), "✓ ready" if b["ready"] else f"✗ {b['status']}", b["plugin"]] for b in data]
-    table("Backends", ["backend", "algorithms", "status", "plugin"], rows)
+    rows = [[b["name"], ", ".join(b["algorithms"]), "✓ ready" if b["ready"] else f"✗ {b['status']}", b["plugin"],
+             "current" if b["environment"] == "current" else f"env {b['environment']}: {b['path'] or b['python']}"]
+            for b in data]
+    table("Backends", ["backend", "algorithms", "status", "plugin", "lives in"], rows)
+    for note in registry.shadowed:
+        console().print(f"[yellow]note:[/yellow] {note}")
     if not data:
         console().print("No backend installed. Install one, e.g. [bold]pip install thub-plugin-trl[/bold].")

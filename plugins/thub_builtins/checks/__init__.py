@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from thub import hookimpl
 from thub.specs import CheckSpec
+from thub.envs.check import check_managed_envs
 from thub_builtins.checks import gpu, libs, storage, system
 
 _P, _GPU, _SLOW, _SEC = "preflight", "gpu", "slow", "security"
@@ -25,6 +26,7 @@ _CHECKS: tuple[tuple[str, str, Callable, frozenset[str], float, Callable | None]
     ("core.plugins", "Plugins load", system.check_plugins, frozenset(), 5, None),
     ("core.backend-requirements", "Backend requirements", system.check_backend_requirements, frozenset({_P}), 10, None),
     ("core.conflicts", "Installed requirements agree", system.check_conflicts, frozenset({_P}), 20, None),
+    ("core.managed-envs", "Managed environments match their manifests", check_managed_envs, frozenset(), 10, None),
     ("core.compromised", "Known-compromised releases", system.check_compromised, frozenset({_P, _SEC}), 10, None),
     ("core.tmpdir", "TMPDIR usable", storage.check_tmpdir, frozenset({_P}), 5, None),
     ("core.socket-paths", "Socket paths fit AF_UNIX", storage.check_socket_paths, frozenset({_P}), 5, None),

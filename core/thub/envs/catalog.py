@@ -1,0 +1,154 @@
+"""Which distribution provides a backend, what it installs, and where its source is.
+
+A backend name (``trl``, ``mini-trainer``, ...) maps to a plugin distribution
+(``thub-plugin-trl``), the extras that bring its training library on any machine
+(``default_extras``) and those that only make sense with an NVIDIA GPU (``gpu_extras``), and
+whether it needs torch (thub then installs a CPU-safe torch first; see :mod:`thub.envs.planner`).
+
+Sources, first found wins: a plugin folder next to thub's own source when thub runs from a
+checkout (``<checkout>/thub-plugin-trl``), a folder under ``$THUB_PLUGIN_SOURCES``, else the
+package index (``thub-plugin-trl``). ``thub install ./path/to/plugin`` installs any plugin
+folder; ``thub install 'thub-plugin-x>=1'`` any requirement.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+
+@dataclass(frozen=True)
+class PluginEntry:
+    """What ``thub install NAME`` installs."""
+
+    name: str
+    distribution: str
+    folder: str
+    default_extras: tuple[str, ...] = ()
+    gpu_extras: tuple[str, ...] = ()
+    needs_torch: bool = True
+    notes: str = ""
+
+
+CATALOG: dict[str, PluginEntry] = {
+    entry.name: entry
+    for entry in (
+        PluginEntry("trl", "thub-plugin-trl", "thub-plugin-trl",
+                    notes="TRL + PEFT + transformers; trains on CPU or GPU"),
+        PluginEntry("mini-trainer", "thub-plugin-minitrainer", "thub-plugin-minitrainer",
+                    default_extras=("mini-trainer",), gpu_extras=("cuda",),
+                    notes="rhai-innovation-mini-trainer (datasets>=5); trains on NVIDIA GPUs; "
+                          "[cuda] adds flash-attn and mamba-ssm (source builds, need nvcc)"),
+        PluginEntry("instructlab", "thub-plugin-instructlab", "thub-plugin-instructlab",
+                    gpu_extras=("cuda",),
+                    notes="instructlab-training; trains on NVIDIA GPUs; [cuda] adds flash-attn, "
+                          "mamba-ssm, bitsandbytes (source builds)"),
+        PluginEntry("unsloth", "thub-plugin-unsloth", "thub-plugin-unsloth",
+                    notes="unsloth (datasets<5, trl<=1.15): conflicts with mini-trainer and trl 1.16"),
+        PluginEntry("art", "thub-plugin-art", "thub-plugin-art", gpu_extras=("backend",),
+                    notes="openpipe-art; [backend] pins a CUDA torch 2.10"),
+        PluginEntry("verl", "thub-plugin-verl", "thub-plugin-verl", gpu_extras=("vllm",),
+                    notes="verl; its extras pin torch 2.11 and vllm 0.24"),
+    )
+}
+ALIASES = {"minitrainer": "mini-trainer", "mini_trainer": "mini-trainer", "ilab": "instructlab"}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One thing to install: a plugin distribution from a folder or a requirement."""
+
+    name: str                 # the environment name it gets by default
+    distribution: str | None  # known before installing (None for an unknown requirement)
+    target: str               # folder path or requirement text, as given to pip
+    local: bool
+    entry: PluginEntry | None = None
+    extras: tuple[str, ...] = field(default=())
+
+    def argument(self) -> str:
+        """The pip argument, extras included (``/path[extra]`` or ``name[extra]>=1``)."""
+        if not self.extras:
+            return self.target
+        extras = f"[{','.join(self.extras)}]"
+        if self.local:
+            return f"{self.target}{extras}"
+        from packaging.requirements import Requirement
+
+        req = Requirement(self.target)
+        req.extras = set(req.extras) | set(self.extras)
+        return str(req)
+
+
+def thub_checkout() -> Path | None:
+    """The source folder thub runs from when installed editable (a development checkout)."""
+    try:
+        dist = metadata.distribution("thub")
+    except metadata.PackageNotFoundError:
+        return None
+    raw = dist.read_text("direct_url.json")
+    if not raw:
+        return None
+    import json
+
+    info = json.loads(raw)
+    url = urlparse(info.get("url", ""))
+    if url.scheme != "file" or not info.get("dir_info", {}).get("editable"):
+        return None
+    path = Path(unquote(url.path))
+    return path if (path / "pyproject.toml").exists() else None
+
+
+def _search_dirs() -> list[Path]:
+    dirs = [Path(p).expanduser() for p in os.environ.get("THUB_PLUGIN_SOURCES", "").split(os.pathsep) if p]
+    checkout = thub_checkout()
+    if checkout:
+        dirs.append(checkout)
+    return dirs
+
+
+def project_name(folder: Path) -> str | None:
+    """The distribution name declared by ``folder/pyproject.toml``."""
+    try:
+        data = tomllib.loads((folder / "pyproject.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return data.get("project", {}).get("name")
+
+
+def resolve_source(spec: str, extras: tuple[str, ...] = (), gpu: bool = False) -> Source:
+    """Turn what the user typed (backend name, folder, requirement) into a :class:`Source`.
+
+    ``extras`` are added to the entry's default extras; ``gpu`` adds its GPU-only extras.
+    """
+    path = Path(spec).expanduser()
+    if ("/" in spec or spec.startswith(".")) and (path / "pyproject.toml").exists():
+        dist = project_name(path) or path.name
+        return Source(_env_name(dist), dist, str(path.resolve()), True, None, tuple(extras))
+    key = ALIASES.get(spec, spec)
+    entry = CATALOG.get(key)
+    if entry is None and key.startswith("thub-plugin-"):
+        entry = next((e for e in CATALOG.values() if e.distribution == key), None)
+    if entry is not None:
+        wanted = tuple(dict.fromkeys((*entry.default_extras, *(entry.gpu_extras if gpu else ()), *extras)))
+        for folder in _search_dirs():
+            candidate = folder / entry.folder
+            if (candidate / "pyproject.toml").exists():
+                return Source(entry.name, entry.distribution, str(candidate.resolve()), True, entry, wanted)
+        return Source(entry.name, entry.distribution, entry.distribution, False, entry, wanted)
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement:
+        raise ValueError(f"unknown backend {spec!r}: not a known backend ({', '.join(sorted(CATALOG))}), "
+                         "a plugin folder or a requirement") from None
+    return Source(_env_name(req.name), req.name, spec, False, None, tuple(extras))
+
+
+def _env_name(distribution: str) -> str:
+    name = distribution.lower().replace("_", "-")
+    return name.removeprefix("thub-plugin-") or name
