@@ -114,7 +114,9 @@ def test_prepare_writes_jsonl_and_caches(model_dir: str, chat: str, tmp_path: Pa
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(lines) == 300
     assert all(len(s["input_ids"]) == len(s["labels"]) == s["len"] for s in lines)
-    assert sum(s["num_loss_counted_tokens"] for s in lines) == report["trained_tokens"]
+    assert sum(sum(1 for x in s["labels"] if x != -100) for s in lines) == report["trained_tokens"]
+    # mini-trainer's definition: the first token is never predicted
+    assert all(s["num_loss_counted_tokens"] == sum(1 for x in s["labels"][1:] if x != -100) for s in lines)
     again = json.loads(run("data", "prepare", "--model", model_dir, chat, "-o", str(out), "--json").stdout)
     assert again["cached"] is True and again["key"] == report["key"]
     changed = json.loads(run("data", "prepare", "--model", model_dir, chat, "-o", str(out), "--max-seq-len", "64",

@@ -113,12 +113,14 @@ def _tokenize(rows: Sequence[dict[str, Any]], kind: str, tokenizer: Any, setting
 
 
 def _write_jsonl(handle: Any, samples: list[dict[str, list[int]]]) -> None:
-    dumps = json.dumps
+    # num_loss_counted_tokens as mini-trainer counts it: labels[1:], since the first token is
+    # never predicted. `str(list)` of ints is valid JSON and the fastest way to write it.
     lines = []
     for sample in samples:
         ids, labels = sample["input_ids"], sample["labels"]
-        lines.append(f'{{"input_ids":{dumps(ids, separators=(",", ":"))},"labels":{dumps(labels, separators=(",", ":"))},'
-                     f'"len":{len(ids)},"num_loss_counted_tokens":{len(labels) - labels.count(IGNORE)}}}\n')
+        counted = len(labels) - labels.count(IGNORE) - (labels[0] != IGNORE)
+        lines.append(f'{{"input_ids": {ids}, "labels": {labels}, "len": {len(ids)}, '
+                     f'"num_loss_counted_tokens": {counted}}}\n')
     handle.write("".join(lines))
 
 
