@@ -1,0 +1,161 @@
+"""thub backend ``verl``: registration only. verl, Ray, vLLM and torch run in verl's own process."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from thub import hookimpl
+from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec
+from thub_plugin_verl.translate import BACKEND, DEFAULTS, HONOURED, translate
+
+# The training library first (its version is recorded in thub_run.json).
+REQUIREMENTS = ("verl>=0.9.1,<0.10", "vllm", "ray>=2.41", "torch>=2.6", "transformers>=5.5.3,!=5.6.0,<5.11")
+INSTALL = "pip install 'thub-plugin-verl[gpu]'  # verl[vllm]: torch 2.11.0 + vllm 0.24.0 (CUDA)"
+DOCS = "thub-plugin-verl/README.md"
+# AF_UNIX socket paths are limited to 107 bytes; Ray puts them under
+# {RAY_TMPDIR}/ray/session_YYYY-MM-DD_HH-MM-SS_ffffff_PID/sockets/plasma_store (about 75 more)
+UNIX_PATH_MAX = 107
+RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_1234567/sockets/raylet.9999999999")
+
+
+@hookimpl
+def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
+    register(BackendSpec(
+        name=BACKEND,
+        summary="verl: GRPO and LoRA GRPO on NVIDIA GPUs (FSDP + vLLM rollouts, Ray; multi-node).",
+        algorithms=HONOURED,
+        runner="thub_plugin_verl.runner:run",
+        requirements=REQUIREMENTS,
+        needs_cuda=True,
+        priority=5,
+        defaults=DEFAULTS,
+        # verl starts Ray and its workers itself: thub starts one child that runs main_ppo
+        launcher="python",
+        docs=DOCS,
+    ))
+
+
+@hookimpl
+def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    if backend != BACKEND:
+        return None
+    return translate(algorithm, params)
+
+
+def _library_check(_context: CheckContext) -> CheckResult:
+    from thub.selection import requirement_problem
+
+    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
+    if problems:
+        return CheckResult("fail", "verl backend requirements not met", tuple(problems),
+                           fix=f"{sys.executable} -m pip install 'verl[vllm]==0.9.1'\n# or: {INSTALL}", docs=DOCS)
+    return CheckResult("ok", "verl, vllm, ray, torch and transformers installed in supported versions")
+
+
+def _pin(distribution: str, dependency: str) -> str | None:
+    """The ``==`` version ``distribution`` pins for ``dependency``, read from its metadata."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    for line in metadata.requires(distribution) or ():
+        requirement = Requirement(line)
+        if requirement.name.lower() != dependency or (requirement.marker and "extra" in str(requirement.marker)):
+            continue
+        for spec in requirement.specifier:
+            if spec.operator == "==":
+                return spec.version
+    return None
+
+
+def torch_pairing_problems() -> list[str]:
+    """vllm's exact torch pin against the installed torch, from metadata only."""
+    from importlib import metadata
+
+    try:
+        vllm, torch = metadata.version("vllm"), metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return []
+    wanted = _pin("vllm", "torch")
+    if wanted and torch.split("+")[0] != wanted:
+        return [f"vllm {vllm} was built against torch=={wanted}, but torch {torch} is installed "
+                "(its compiled kernels fail to load: 'undefined symbol' or 'from vllm import _C' errors)"]
+    return []
+
+
+def _pairing_check(_context: CheckContext) -> CheckResult:
+    problems = torch_pairing_problems()
+    if problems:
+        return CheckResult("fail", "vllm and torch do not match", tuple(problems),
+                           fix=f"{sys.executable} -m pip install 'verl[vllm]==0.9.1'  # pairs torch 2.11.0 with vllm 0.24.0",
+                           docs=DOCS)
+    return CheckResult("ok", "vllm and torch are a matching pair (or vllm is not installed)")
+
+
+def ray_socket_problem(environ: dict[str, str] | None = None) -> str | None:
+    environ = dict(os.environ) if environ is None else environ
+    base = environ.get("RAY_TMPDIR") or tempfile.gettempdir()
+    longest = len(base.rstrip("/")) + RAY_SOCKET_SUFFIX
+    if longest > UNIX_PATH_MAX:
+        return (f"Ray's socket paths under {base!r} reach about {longest} bytes; AF_UNIX allows "
+                f"{UNIX_PATH_MAX}, so Ray fails to start")
+    return None
+
+
+def _ray_tmpdir_check(context: CheckContext) -> CheckResult:
+    problem = ray_socket_problem(dict(context.env) if context.env else None)
+    if problem:
+        return CheckResult("fail", "Ray's temporary directory path is too long", (problem,),
+                           fix="export RAY_TMPDIR=/tmp/ray-$USER   # a short path on a disk with space", docs=DOCS)
+    return CheckResult("ok", "Ray's socket paths fit the AF_UNIX limit")
+
+
+def _cuda_check(_context: CheckContext) -> CheckResult:
+    from thub.selection import cuda_visible
+
+    if cuda_visible():
+        return CheckResult("ok", "an NVIDIA GPU is visible")
+    return CheckResult("fail", "backend verl needs NVIDIA GPUs; none found",
+                       ("verl's rollouts run in vLLM (CUDA) and its actor under FSDP with NCCL",),
+                       fix="run on a machine with an NVIDIA GPU, or use `--backend trl`, which runs grpo on CPU",
+                       docs=DOCS)
+
+
+def _stale_gpu_processes_check(_context: CheckContext) -> CheckResult:
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return CheckResult("skip", "nvidia-smi not found")
+    done = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+                          capture_output=True, text=True, timeout=8, check=False)
+    busy = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    if busy:
+        return CheckResult("warn", f"{len(busy)} process(es) already hold GPU memory", tuple(busy),
+                           fix="stop those processes by their PID (not `ray stop`, which may end other users' "
+                               "clusters); NCCL errors and OOM at start are often leftover Ray/vLLM workers",
+                           docs=DOCS)
+    return CheckResult("ok", "no other process holds GPU memory")
+
+
+def _gpu_visible(_context: CheckContext) -> bool:
+    from thub.selection import cuda_visible
+
+    return cuda_visible()
+
+
+@hookimpl
+def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
+    only = frozenset({BACKEND})
+    preflight = frozenset({"preflight"})
+    register(CheckSpec("verl.requirements", "verl backend libraries", _library_check, tags=preflight, backends=only))
+    register(CheckSpec("verl.cuda", "verl needs NVIDIA GPUs", _cuda_check, tags=preflight, backends=only))
+    register(CheckSpec("verl.vllm-torch", "vllm and torch versions pair up", _pairing_check, tags=preflight,
+                       backends=only))
+    register(CheckSpec("verl.ray-tmpdir", "Ray socket path length", _ray_tmpdir_check, tags=preflight, backends=only))
+    register(CheckSpec("verl.gpu-processes", "GPU memory held by other processes", _stale_gpu_processes_check,
+                       backends=only, applies=_gpu_visible))

@@ -1,0 +1,182 @@
+"""verl's outputs turned into thub's: metrics lines and checkpoints. Pure Python.
+
+verl's ``file`` logger (``trainer.logger`` contains ``file``) writes one JSON line per step to
+``$VERL_FILE_LOGGER_PATH``: ``{"step": N, "data": {"critic/score/mean": ..., "actor/pg_loss": ...}}``.
+It opens the file with mode ``wb``, so a resumed run truncates it: the follower notices and reads
+from the start again, never repeating a step it already emitted. Checkpoints go to
+``{default_local_dir}/global_step_N/actor/``; ``latest_checkpointed_iteration.txt`` is written
+once a save is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# verl metric -> thub metric
+RENAMES = {
+    "critic/score/mean": "mean_reward",
+    "critic/score/max": "max_reward",
+    "critic/score/min": "min_reward",
+    "critic/rewards/mean": "reward",
+    "actor/pg_loss": "loss",
+    "actor/lr": "learning_rate",
+    "actor/grad_norm": "grad_norm",
+    "actor/entropy": "entropy",
+    "actor/kl_loss": "kl_loss",
+    "actor/pg_clipfrac": "clip_fraction",
+    "response_length/mean": "response_length_mean",
+    "response_length/clip_ratio": "response_clip_ratio",
+    "prompt_length/mean": "prompt_length_mean",
+    "timing_s/step": "step_time_s",
+    "perf/throughput": "tokens_per_second_per_gpu",
+    "perf/max_memory_allocated_gb": "peak_memory_gb",
+}
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def _number(value: Any) -> float | int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsConverter:
+    """One verl file-logger line -> one thub metrics line (or None for a step already seen)."""
+
+    def __init__(self, max_steps: int | None) -> None:
+        self.max_steps = max_steps
+        self.last_step = 0
+        self.last: dict[str, Any] | None = None
+
+    def convert(self, raw: dict[str, Any]) -> dict[str, Any] | None:
+        data = raw.get("data")
+        if not isinstance(data, dict) or not isinstance(raw.get("step"), int):
+            return None
+        step = raw["step"]
+        if step <= self.last_step:
+            return None  # a resumed run re-logs nothing new before its first new step
+        self.last_step = step
+        line: dict[str, Any] = {"step": step, "max_steps": self.max_steps}
+        epoch = _number(data.get("training/epoch"))
+        line["epoch"] = epoch
+        for key, target in RENAMES.items():
+            value = _number(data.get(key))
+            if value is not None:
+                line[target] = value
+        if self.max_steps is not None and step > self.max_steps:
+            self.max_steps = line["max_steps"] = step
+        line["timestamp"] = time.time()
+        self.last = line
+        return line
+
+
+def read_new_lines(path: Path, offset: int, head: bytes = b"") -> tuple[list[dict[str, Any]], int, bytes]:
+    """Complete JSON lines after byte ``offset``, the new offset and the file's first line.
+
+    verl reopens the file with ``wb`` on a resumed run: when the file is shorter than ``offset``
+    or no longer starts with ``head`` (the first line read before), it is read from the start.
+    """
+    try:
+        with path.open("rb") as handle:
+            start = handle.read(len(head)) if head else b""
+            if path.stat().st_size < offset or (head and start != head):
+                offset = 0
+            handle.seek(offset)
+            chunk = handle.read()
+    except FileNotFoundError:
+        return [], offset, head
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        return [], offset, head
+    if offset == 0:
+        head = chunk[: chunk.find(b"\n") + 1]
+    lines = []
+    for raw in chunk[: end + 1].splitlines():
+        if raw.strip():
+            try:
+                lines.append(json.loads(raw))
+            except json.JSONDecodeError:
+                continue
+    return lines, offset + end + 1, head
+
+
+def latest_step(checkpoints_dir: str | Path) -> int | None:
+    """The step of the last complete verl checkpoint (``latest_checkpointed_iteration.txt``)."""
+    marker = Path(checkpoints_dir) / "latest_checkpointed_iteration.txt"
+    try:
+        return int(marker.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def checkpoint_dirs(checkpoints_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, global_step_N)`` of complete checkpoints, oldest first (none after the marker's step)."""
+    root = Path(checkpoints_dir)
+    complete = latest_step(root)
+    if complete is None or not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and child.is_dir() and (child / "actor").is_dir() and int(match.group(1)) <= complete:
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+class OutputFollower:
+    """Follows the file logger and the checkpoint directory while verl trains (a daemon thread).
+
+    ``emit(line)`` gets each thub metrics line, ``on_checkpoint(path, step)`` each new complete
+    checkpoint (its ``actor/`` directory). :meth:`stop` does a last pass.
+    """
+
+    def __init__(self, metrics_path: str | Path, checkpoints_dir: str | Path, converter: MetricsConverter,
+                 emit: Callable[[dict[str, Any]], Any], on_checkpoint: Callable[[Path, int], Any],
+                 interval: float = 1.0) -> None:
+        self.path = Path(metrics_path)
+        self.checkpoints_dir = Path(checkpoints_dir)
+        self.converter = converter
+        self.emit = emit
+        self.on_checkpoint = on_checkpoint
+        self.interval = interval
+        self.offset = 0
+        self.head = b""
+        self.seen = {step for step, _ in checkpoint_dirs(self.checkpoints_dir)}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="thub-verl-follower", daemon=True)
+
+    def start(self) -> OutputFollower:
+        self._thread.start()
+        return self
+
+    def poll(self) -> None:
+        with self._lock:
+            lines, self.offset, self.head = read_new_lines(self.path, self.offset, self.head)
+            for raw in lines:
+                line = self.converter.convert(raw)
+                if line is not None:
+                    self.emit(line)
+            for step, path in checkpoint_dirs(self.checkpoints_dir):
+                if step not in self.seen:
+                    self.seen.add(step)
+                    self.on_checkpoint(path / "actor", step)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.poll()

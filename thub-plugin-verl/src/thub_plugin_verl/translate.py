@@ -1,0 +1,294 @@
+"""thub parameters -> the verl command line. Pure Python: no verl, torch or Ray import.
+
+verl is started as ``python -m verl.trainer.main_ppo`` with Hydra overrides
+(``key=value`` items of an argv list, never a shell string). The runner executes exactly the
+``argv`` this module builds, so ``thub train grpo --backend verl --dry-run`` shows the real
+command. Every honoured parameter is mapped in the README.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+from thub.errors import UsageError
+
+BACKEND = "verl"
+MODULE = "verl.trainer.main_ppo"
+# verl's FSDP->vLLM weight-sync bucket: 2048 MB cannot hold the embedding of large-vocabulary
+# models (Qwen3: 152K x 4096 x 4 bytes = 2.36 GB), so thub sets 3072 (see the README).
+WEIGHT_SYNC_BUCKET_MB = 3072
+# actor micro batch per GPU (Training Hub's value; a larger one OOMs on logits of 150K vocabularies)
+MICRO_BATCH_SIZE_PER_GPU = 1
+# verl's ppo_mini_batch_size is at most this many prompts (Training Hub's cap)
+MAX_PPO_MINI_BATCH = 256
+
+_BASE = frozenset({
+    "num_epochs", "max_steps", "learning_rate", "seed", "save_steps", "save_final_checkpoint",
+    "trust_remote_code", "gradient_checkpointing", "lr_scheduler", "warmup_steps", "beta1", "beta2",
+    "weight_decay", "max_grad_norm", "nproc_per_node", "nnodes",
+    "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir", "mlflow_tracking_uri",
+    "mlflow_run_name",
+})
+_GRPO = _BASE | {
+    "reward", "group_size", "prompt_batch_size", "num_iterations", "max_tokens", "max_prompt_length",
+    "temperature", "beta", "system_prompt", "gpu_memory_utilization", "tensor_parallel_size",
+}
+_LORA = frozenset({"lora_r", "lora_alpha", "target_modules"})
+
+HONOURED: dict[str, frozenset[str]] = {
+    "grpo": frozenset(_GRPO),
+    "lora_grpo": frozenset(_GRPO | _LORA),
+}
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "grpo": {"num_epochs": 1, "learning_rate": 1e-6, "prompt_batch_size": 16, "max_prompt_length": 1024,
+             "gpu_memory_utilization": 0.35, "tensor_parallel_size": 1},
+    "lora_grpo": {"num_epochs": 1, "learning_rate": 1e-5, "prompt_batch_size": 16, "max_prompt_length": 1024,
+                  "gpu_memory_utilization": 0.35, "tensor_parallel_size": 1},
+}
+
+_SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
+_SAFE = re.compile(r"^[A-Za-z0-9_./@:+\-]+$")
+
+
+def hydra_value(value: Any) -> str:
+    """One value in Hydra's override grammar: quoted when it is not a plain token."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if _SAFE.match(text) and text.lower() not in ("null", "true", "false"):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def gpus_per_node(params: dict[str, Any], environ: dict[str, str] | None = None) -> int:
+    """``nproc_per_node`` as a GPU count (``auto``/``gpu`` count ``CUDA_VISIBLE_DEVICES``)."""
+    value = params.get("nproc_per_node")
+    if value is None:
+        return 1
+    if isinstance(value, int):
+        return value
+    environ = os.environ if environ is None else environ
+    visible = [d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if visible:
+        return len(visible)
+    raise UsageError(
+        f"backend verl needs the number of GPUs per node: set nproc_per_node to an integer "
+        f"(got {value!r}, and CUDA_VISIBLE_DEVICES is not set to count them)"
+    )
+
+
+def _nearest(value: int, multiple: int) -> str:
+    lower = (value // multiple) * multiple
+    upper = lower + multiple
+    return ", ".join(str(v) for v in (lower, upper) if v > 0 and v != value)
+
+
+def batch_layout(prompt_batch_size: int, group_size: int, n_gpus: int, nnodes: int,
+                 micro_batch_size: int = MICRO_BATCH_SIZE_PER_GPU) -> dict[str, int]:
+    """Check verl's batch divisibility for this layout and derive ``ppo_mini_batch_size``.
+
+    * ``prompt_batch_size × group_size`` completions must split over ``n_gpus × nnodes`` GPUs in
+      whole micro batches: divisible by ``n_gpus × nnodes × micro_batch_size``;
+    * ``ppo_mini_batch_size`` (prompts per actor update, ``min(prompt_batch_size, 256)`` rounded
+      down to a multiple of the GPU count) must be divisible by ``n_gpus × nnodes``.
+
+    ``nnodes`` counts: GPUs on every node share the batch. Errors name the nearest valid
+    ``prompt_batch_size`` values.
+    """
+    world = n_gpus * nnodes
+    where = f"n_gpus {n_gpus} × nnodes {nnodes}"
+    completions = prompt_batch_size * group_size
+    unit = world * micro_batch_size
+    if completions % unit:
+        # smallest step of prompt_batch_size that keeps the product divisible
+        step = unit // math.gcd(unit, group_size)
+        raise UsageError(
+            f"prompt_batch_size {prompt_batch_size} × group_size {group_size} = {completions} completions "
+            f"per step is not divisible by {where} × micro_batch_size {micro_batch_size} = {unit}; "
+            f"nearest valid prompt_batch_size values: {_nearest(prompt_batch_size, step)}"
+        )
+    mini = (min(prompt_batch_size, MAX_PPO_MINI_BATCH) // world) * world
+    if mini == 0:
+        raise UsageError(
+            f"ppo_mini_batch_size must be a multiple of {where} = {world} and at most prompt_batch_size "
+            f"{prompt_batch_size}; nearest valid prompt_batch_size values: {_nearest(prompt_batch_size, world)}"
+        )
+    log_prob_micro = max(1, min(prompt_batch_size // world, 2))
+    return {"world_size": world, "ppo_mini_batch_size": mini, "ppo_micro_batch_size_per_gpu": micro_batch_size,
+            "log_prob_micro_batch_size_per_gpu": log_prob_micro, "completions_per_step": completions}
+
+
+def planned_steps(params: dict[str, Any], num_prompts: int | None) -> int | None:
+    """GRPO steps verl will take: ``max_steps``/``num_iterations``, else whole prompt batches × epochs."""
+    explicit = params.get("max_steps") or params.get("num_iterations")
+    if explicit:
+        return int(explicit)
+    if num_prompts is None:
+        return None
+    return (num_prompts // params["prompt_batch_size"]) * (params.get("num_epochs") or 1)
+
+
+def _loggers(params: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    loggers, env = ["console", "file"], {}
+    if params.get("wandb_project"):
+        loggers.append("wandb")
+        if params.get("wandb_entity"):
+            env["WANDB_ENTITY"] = params["wandb_entity"]
+    if params.get("mlflow_tracking_uri"):
+        loggers.append("mlflow")
+        env["MLFLOW_TRACKING_URI"] = params["mlflow_tracking_uri"]
+    if params.get("tensorboard_log_dir"):
+        loggers.append("tensorboard")
+        env["TENSORBOARD_DIR"] = params["tensorboard_log_dir"]
+    return loggers, env
+
+
+def paths(ckpt_output_dir: str) -> dict[str, str]:
+    root = os.path.join(ckpt_output_dir, "verl")
+    return {
+        "root": root,
+        "train": os.path.join(root, "data", "train.parquet"),
+        "val": os.path.join(root, "data", "val.parquet"),
+        "reward_module": os.path.join(root, "thub_reward.py"),
+        "file_logger": os.path.join(root, "metrics.jsonl"),
+        "checkpoints": os.path.join(ckpt_output_dir, "checkpoints"),
+    }
+
+
+def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = None,
+              resume_from: str | None = None, environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The verl argv, environment, files and batch layout for ``params``.
+
+    ``num_prompts`` (known once the data is read) fixes the step count; ``resume_from`` is a
+    ``global_step_N`` directory to continue from.
+    """
+    if algorithm not in HONOURED:
+        raise UsageError(f"backend verl does not run {algorithm!r}")
+    if params.get("max_steps") and params.get("num_iterations") and params["max_steps"] != params["num_iterations"]:
+        raise UsageError(
+            f"max_steps {params['max_steps']} and num_iterations {params['num_iterations']} disagree; on verl "
+            "both mean GRPO steps (prompt batches): set one"
+        )
+    n_gpus, nnodes = gpus_per_node(params, environ), int(params.get("nnodes") or 1)
+    layout = batch_layout(params["prompt_batch_size"], params["group_size"], n_gpus, nnodes)
+    tp = params.get("tensor_parallel_size") or 1
+    if n_gpus % tp:
+        raise UsageError(f"tensor_parallel_size {tp} must divide the GPUs per node ({n_gpus})")
+    scheduler = params.get("lr_scheduler") or "constant"
+    if scheduler not in _SCHEDULERS:
+        raise UsageError(f"verl's actor supports lr_scheduler constant or cosine, not {scheduler!r}")
+
+    files = paths(params["ckpt_output_dir"])
+    steps = planned_steps(params, num_prompts)
+    lora = algorithm == "lora_grpo"
+    beta = params.get("beta")
+    loggers, env = _loggers(params)
+    env.update({"VERL_FILE_LOGGER_PATH": files["file_logger"], "TOKENIZERS_PARALLELISM": "true",
+                "NCCL_DEBUG": "WARN", "VLLM_LOGGING_LEVEL": "WARN"})
+    if lora:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "true"
+
+    if params.get("save_steps"):
+        save_freq = params["save_steps"]
+    elif params.get("save_final_checkpoint", True):
+        # verl saves at the last step whenever save_freq > 0: the step count saves only there
+        save_freq = steps if steps else -1
+    else:
+        save_freq = -1
+
+    model = "actor_rollout_ref.model"
+    actor = "actor_rollout_ref.actor"
+    rollout = "actor_rollout_ref.rollout"
+    o: dict[str, Any] = {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.use_kl_in_reward": False,
+        "data.train_files": files["train"],
+        "data.val_files": files["val"],
+        "data.prompt_key": "prompt",
+        "data.train_batch_size": params["prompt_batch_size"],
+        "data.max_prompt_length": params["max_prompt_length"],
+        "data.max_response_length": params["max_tokens"],
+        "data.filter_overlong_prompts": True,
+        "data.truncation": "error",
+        "data.seed": params["seed"],
+        "data.trust_remote_code": params.get("trust_remote_code", False),
+        f"{model}.path": params["model_path"],
+        f"{model}.trust_remote_code": params.get("trust_remote_code", False),
+        f"{model}.use_remove_padding": True,
+        f"{model}.enable_gradient_checkpointing": params.get("gradient_checkpointing") is not False,
+        f"{actor}.optim.lr": params["learning_rate"],
+        f"{actor}.optim.lr_scheduler_type": _SCHEDULERS[scheduler],
+        f"{actor}.ppo_mini_batch_size": layout["ppo_mini_batch_size"],
+        f"{actor}.ppo_micro_batch_size_per_gpu": layout["ppo_micro_batch_size_per_gpu"],
+        f"{actor}.use_kl_loss": bool(beta),
+        f"{actor}.entropy_coeff": 0,
+        f"{rollout}.name": "vllm",
+        f"{rollout}.n": params["group_size"],
+        f"{rollout}.temperature": params["temperature"],
+        f"{rollout}.tensor_model_parallel_size": tp,
+        f"{rollout}.gpu_memory_utilization": params["gpu_memory_utilization"],
+        f"{rollout}.max_model_len": params["max_prompt_length"] + params["max_tokens"],
+        f"{rollout}.seed": params["seed"],
+        f"{rollout}.log_prob_micro_batch_size_per_gpu": layout["log_prob_micro_batch_size_per_gpu"],
+        f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes": WEIGHT_SYNC_BUCKET_MB,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": layout["log_prob_micro_batch_size_per_gpu"],
+        "actor_rollout_ref.ref.fsdp_config.param_offload": True,
+        "reward.custom_reward_function.path": files["reward_module"],
+        "reward.custom_reward_function.name": "compute_score",
+        "trainer.n_gpus_per_node": n_gpus,
+        "trainer.nnodes": nnodes,
+        "trainer.total_epochs": params.get("num_epochs") or 1,
+        "trainer.save_freq": save_freq,
+        "trainer.test_freq": -1,
+        "trainer.val_before_train": False,
+        "trainer.project_name": params.get("wandb_project") or "thub",
+        "trainer.experiment_name": params.get("wandb_run_name") or params.get("mlflow_run_name")
+                                   or os.path.basename(os.path.normpath(params["ckpt_output_dir"])) or "run",
+        "trainer.logger": loggers,
+        "trainer.default_local_dir": files["checkpoints"],
+        "trainer.resume_mode": "resume_path" if resume_from else "disable",
+    }
+    if resume_from:
+        o["trainer.resume_from_path"] = resume_from
+    if steps and (params.get("max_steps") or params.get("num_iterations")):
+        o["trainer.total_training_steps"] = steps
+        # verl stops at whichever comes first: enough epochs that the step count decides
+        o["trainer.total_epochs"] = steps
+    if beta:
+        o.update({f"{actor}.kl_loss_coef": beta, f"{actor}.kl_loss_type": "low_var_kl"})
+    if lora:
+        o.update({f"{model}.lora_rank": params["lora_r"], f"{model}.lora_alpha": params["lora_alpha"],
+                  f"{model}.target_modules": params.get("target_modules") or "all-linear"})
+    optional = {"warmup_steps": f"{actor}.optim.lr_warmup_steps", "weight_decay": f"{actor}.optim.weight_decay",
+                "max_grad_norm": f"{actor}.optim.clip_grad"}
+    o.update({key: params[name] for name, key in optional.items() if params.get(name) is not None})
+    if params.get("beta1") is not None or params.get("beta2") is not None:
+        o[f"{actor}.optim.betas"] = [params.get("beta1") or 0.9, params.get("beta2") or 0.999]
+
+    overrides = [f"{key}={hydra_value(value)}" for key, value in o.items()]
+    notes = []
+    if save_freq == -1 and params.get("save_final_checkpoint", True):
+        notes.append("trainer.save_freq is set at launch to the step count from the data "
+                     "(verl saves at the last step when save_freq > 0)")
+    return {
+        "argv": ["python", "-m", MODULE, *overrides],
+        "overrides": overrides,
+        "environment": env,
+        "files": files,
+        "batch": layout,
+        "max_steps": steps,
+        "rewards": list(params["reward"]),
+        "system_prompt": params.get("system_prompt"),
+        "lora": lora,
+        "notes": notes,
+    }

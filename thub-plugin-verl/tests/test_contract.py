@@ -1,0 +1,154 @@
+"""thub's backend contract, the verl translation and the batch checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from thub.config.resolve import resolve
+from thub.errors import UsageError
+from thub.manager import load_registry
+from thub.testing import BackendContract
+from thub_plugin_verl.translate import batch_layout, hydra_value
+
+BASE = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
+
+
+class TestVerlContract(BackendContract):
+    backend = "verl"
+    plugin_module = "thub_plugin_verl"
+    readme = Path(__file__).parents[1] / "README.md"
+    samples = {
+        "grpo": {**BASE, "group_size": 4, "reward": ["math"], "nproc_per_node": 2},
+        "lora_grpo": {**BASE, "group_size": 8, "prompt_batch_size": 8, "lora_r": 8, "nnodes": 2,
+                      "nproc_per_node": 4},
+    }
+
+
+def plan(algorithm: str = "lora_grpo", **params):
+    registry = load_registry()
+    resolved = resolve(registry, algorithm, backend="verl", flags={**BASE, **params}, environ={})
+    return registry.translate(algorithm, "verl", resolved.values())
+
+
+def overrides(p: dict) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in p["overrides"])
+
+
+def test_argv_is_a_list_running_main_ppo() -> None:
+    p = plan(nproc_per_node=2)
+    assert p["argv"][:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    assert p["argv"][3:] == p["overrides"]
+    assert all(isinstance(a, str) for a in p["argv"])
+
+
+def test_grpo_mapping() -> None:
+    o = overrides(plan("lora_grpo", group_size=4, prompt_batch_size=8, max_tokens=64, max_prompt_length=128,
+                       temperature=0.9, beta=0.04, learning_rate=5e-6, lora_r=8, lora_alpha=16,
+                       target_modules=["q_proj", "v_proj"], gpu_memory_utilization=0.3, tensor_parallel_size=2,
+                       nproc_per_node=4, nnodes=2, warmup_steps=3, weight_decay=0.0, beta1=0.8, max_grad_norm=0.5,
+                       wandb_project="p", wandb_run_name="r", save_steps=5, seed=7))
+    expect = {
+        "algorithm.adv_estimator": "grpo", "actor_rollout_ref.rollout.n": "4", "data.train_batch_size": "8",
+        "data.max_response_length": "64", "data.max_prompt_length": "128",
+        "actor_rollout_ref.rollout.max_model_len": "192", "actor_rollout_ref.rollout.temperature": "0.9",
+        "actor_rollout_ref.actor.use_kl_loss": "true", "actor_rollout_ref.actor.kl_loss_coef": "0.04",
+        "actor_rollout_ref.actor.optim.lr": "5e-06", "actor_rollout_ref.model.lora_rank": "8",
+        "actor_rollout_ref.model.lora_alpha": "16", "actor_rollout_ref.model.target_modules": "[q_proj,v_proj]",
+        "actor_rollout_ref.rollout.gpu_memory_utilization": "0.3",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": "2", "trainer.n_gpus_per_node": "4",
+        "trainer.nnodes": "2", "actor_rollout_ref.actor.ppo_mini_batch_size": "8",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": "3", "actor_rollout_ref.actor.optim.weight_decay": "0.0",
+        "actor_rollout_ref.actor.optim.betas": "[0.8,0.999]", "actor_rollout_ref.actor.optim.clip_grad": "0.5",
+        "trainer.logger": "[console,file,wandb]", "trainer.project_name": "p", "trainer.experiment_name": "r",
+        "trainer.save_freq": "5", "data.seed": "7", "actor_rollout_ref.rollout.name": "vllm",
+        "reward.custom_reward_function.path": "out/verl/thub_reward.py",
+        "reward.custom_reward_function.name": "compute_score", "trainer.default_local_dir": "out/checkpoints",
+        "trainer.resume_mode": "disable",
+    }
+    assert {k: o.get(k) for k in expect} == expect
+
+
+def test_full_grpo_has_no_lora_and_no_kl_by_default() -> None:
+    o = overrides(plan("grpo", nproc_per_node=1))
+    assert "actor_rollout_ref.model.lora_rank" not in o
+    assert o["actor_rollout_ref.actor.use_kl_loss"] == "false"
+    assert "actor_rollout_ref.actor.kl_loss_coef" not in o
+
+
+def test_steps_and_saving() -> None:
+    p = plan(max_steps=7)
+    o = overrides(p)
+    assert (p["max_steps"], o["trainer.total_training_steps"], o["trainer.total_epochs"], o["trainer.save_freq"]) == (7, "7", "7", "7")
+    assert overrides(plan(num_iterations=3))["trainer.total_training_steps"] == "3"
+    with pytest.raises(UsageError, match="max_steps 2 and num_iterations 3 disagree"):
+        plan(max_steps=2, num_iterations=3)
+    assert overrides(plan(save_final_checkpoint=False))["trainer.save_freq"] == "-1"
+
+
+def test_step_count_from_the_data_at_launch() -> None:
+    from thub_plugin_verl.translate import translate
+
+    registry = load_registry()
+    values = resolve(registry, "lora_grpo", backend="verl", flags={**BASE, "num_epochs": 2}, environ={}).values()
+    p = translate("lora_grpo", values, num_prompts=50)  # 50 // 16 = 3 whole batches a pass
+    assert p["max_steps"] == 6 and "trainer.save_freq=6" in p["overrides"]
+    resumed = translate("lora_grpo", values, num_prompts=50, resume_from="out/checkpoints/global_step_3")
+    assert {"trainer.resume_mode=resume_path", "trainer.resume_from_path=out/checkpoints/global_step_3"} <= set(resumed["overrides"])
+
+
+def test_nnodes_counts_in_the_batch_check() -> None:
+    # 8 prompts x 2 = 16 completions: fine on 4 GPUs x 1 node, and on 4 x 4 = 16 GPUs
+    assert batch_layout(8, 2, 4, 1)["ppo_mini_batch_size"] == 8
+    with pytest.raises(UsageError, match=r"n_gpus 4 × nnodes 8 × micro_batch_size 1 = 32; nearest valid prompt_batch_size values: 16"):
+        batch_layout(8, 2, 4, 8)
+
+
+def test_divisibility_errors_name_nearest_values() -> None:
+    with pytest.raises(UsageError, match=r"prompt_batch_size 5 × group_size 2 = 10 .* = 8; nearest valid prompt_batch_size values: 4, 8"):
+        plan(prompt_batch_size=5, group_size=2, nproc_per_node=4, nnodes=2)
+    # group size 8 on 8 GPUs: any prompt count works for the completions, but the mini batch needs 8 prompts
+    with pytest.raises(UsageError, match=r"ppo_mini_batch_size must be a multiple of n_gpus 8 × nnodes 1 = 8 .*values: 8"):
+        plan(prompt_batch_size=4, group_size=8, nproc_per_node=8)
+    layout = batch_layout(300, 8, 8, 1)
+    assert layout["ppo_mini_batch_size"] == 256 and layout["completions_per_step"] == 2400
+
+
+def test_gpu_count_and_other_errors() -> None:
+    from thub_plugin_verl.translate import gpus_per_node
+
+    assert gpus_per_node({"nproc_per_node": "gpu"}, {"CUDA_VISIBLE_DEVICES": "0,1,2"}) == 3
+    with pytest.raises(UsageError, match="set nproc_per_node to an integer"):
+        gpus_per_node({"nproc_per_node": "auto"}, {})
+    with pytest.raises(UsageError, match="tensor_parallel_size 3 must divide"):
+        plan(nproc_per_node=4, tensor_parallel_size=3)
+    with pytest.raises(UsageError, match="constant or cosine"):
+        plan(lr_scheduler="linear")
+
+
+@pytest.mark.parametrize("name", ["lora_dropout", "concurrency", "effective_batch_size"])
+def test_unhonoured_parameter_is_rejected(name: str) -> None:
+    with pytest.raises(UsageError, match=name):
+        plan(**{name: 0.1 if name == "lora_dropout" else 4})
+
+
+def test_hydra_values_are_quoted_when_needed() -> None:
+    assert hydra_value("/data/run-1/x.parquet") == "/data/run-1/x.parquet"
+    assert hydra_value("a dir/with space,comma") == "'a dir/with space,comma'"
+    assert hydra_value("it's") == "'it\\'s'"
+    assert hydra_value("null") == "'null'"
+    assert (hydra_value(True), hydra_value(None), hydra_value(["a", 1])) == ("true", "null", "[a,1]")
+
+
+def test_doctor_checks_from_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    import thub_plugin_verl as plugin
+
+    assert plugin.ray_socket_problem({"RAY_TMPDIR": "/tmp"}) is None
+    assert "AF_UNIX allows 107" in plugin.ray_socket_problem({"RAY_TMPDIR": "/mnt/nvme0n1/" + "x" * 60})
+    versions = {"vllm": "0.24.0", "torch": "2.13.0+cpu"}
+    monkeypatch.setattr("importlib.metadata.version", lambda name: versions[name])
+    monkeypatch.setattr("importlib.metadata.requires", lambda name: ["torch==2.11.0", "numpy; extra == 'x'"])
+    assert "torch==2.11.0, but torch 2.13.0+cpu" in plugin.torch_pairing_problems()[0]
+    versions["torch"] = "2.11.0+cu128"
+    assert plugin.torch_pairing_problems() == []

@@ -1,0 +1,123 @@
+"""The generated overrides composed with verl 0.9.1's own Hydra config (no verl/torch import).
+
+``.ci/run`` unpacks the verl wheel (pure Python, no dependencies) with
+``pip install --no-deps --target build/verl-0.9.1 verl==0.9.1``; Hydra composes
+``verl/trainer/config/ppo_trainer.yaml`` from that directory exactly as ``main_ppo`` does
+(``config_name=ppo_trainer``). A key that does not exist in verl's schema fails composition.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from thub.config.resolve import resolve
+from thub.manager import load_registry
+from thub_plugin_verl.translate import translate
+
+pytest.importorskip("hydra")
+
+
+def config_dir() -> Path | None:
+    candidates = [os.environ.get("THUB_VERL_CONFIG_DIR"),
+                  str(Path(__file__).parents[2] / "build" / "verl-0.9.1" / "verl" / "trainer" / "config")]
+    spec = importlib.util.find_spec("verl")
+    if spec and spec.submodule_search_locations:
+        candidates.append(str(Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"))
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "ppo_trainer.yaml").exists():
+            return Path(candidate)
+    return None
+
+
+CONFIG_DIR = config_dir()
+pytestmark = pytest.mark.skipif(CONFIG_DIR is None, reason="verl's config not unpacked: see .ci/run (build/verl-0.9.1)")
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        config = hydra_compose(config_name="ppo_trainer", overrides=overrides)
+    OmegaConf.resolve(config)  # every interpolation resolves; '???' left anywhere would raise on access
+    return config
+
+
+def native(algorithm: str, tmp_path: Path, num_prompts: int | None = 64, **params):
+    registry = load_registry()
+    flags = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": str(tmp_path / "run dir"), **params}
+    values = resolve(registry, algorithm, backend="verl", flags=flags, environ={}).values()
+    return translate(algorithm, values, num_prompts=num_prompts)
+
+
+def check_like_verl(config) -> None:
+    """The checks of verl's ``validate_config`` / ``ActorConfig.validate`` that need no torch."""
+    n_gpus = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    actor = config.actor_rollout_ref.actor
+    assert (config.data.train_batch_size * config.actor_rollout_ref.rollout.n) % n_gpus == 0
+    assert config.data.train_batch_size >= actor.ppo_mini_batch_size
+    assert (actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n // n_gpus) % actor.ppo_micro_batch_size_per_gpu == 0
+    assert (actor.ppo_micro_batch_size is None) != (actor.ppo_micro_batch_size_per_gpu is None)
+    rollout = config.actor_rollout_ref.rollout
+    assert (rollout.log_prob_micro_batch_size is None) != (rollout.log_prob_micro_batch_size_per_gpu is None)
+    ref = config.actor_rollout_ref.ref
+    assert (ref.log_prob_micro_batch_size is None) != (ref.log_prob_micro_batch_size_per_gpu is None)
+    assert actor.loss_agg_mode in ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
+                                   "seq-mean-token-sum-norm")
+    assert actor.optim.lr_scheduler_type in ("constant", "cosine")
+    assert rollout.name in ("vllm", "sglang", "trtllm")
+    assert n_gpus % rollout.tensor_model_parallel_size == 0
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "lora_grpo"])
+def test_overrides_compose_into_verls_config(algorithm: str, tmp_path: Path) -> None:
+    plan = native(algorithm, tmp_path, group_size=4, prompt_batch_size=8, nproc_per_node=2, nnodes=2, beta=0.01,
+                  max_tokens=32, max_prompt_length=64, temperature=0.8, warmup_steps=2, beta1=0.85,
+                  wandb_project="proj", tensorboard_log_dir=str(tmp_path / "tb"), save_steps=2)
+    config = compose(plan["overrides"])
+    check_like_verl(config)
+    arr = config.actor_rollout_ref
+    assert config.algorithm.adv_estimator == "grpo"
+    assert (arr.rollout.n, config.data.train_batch_size, arr.actor.ppo_mini_batch_size) == (4, 8, 8)
+    assert (config.trainer.n_gpus_per_node, config.trainer.nnodes) == (2, 2)
+    assert arr.rollout.max_model_len == 96 and arr.rollout.prompt_length == 64 and arr.rollout.response_length == 32
+    assert arr.rollout.temperature == 0.8 and list(arr.actor.optim.betas) == [0.85, 0.999]
+    assert arr.actor.use_kl_loss is True and arr.actor.kl_loss_coef == 0.01
+    assert arr.rollout.checkpoint_engine.update_weights_bucket_megabytes == 3072
+    assert list(config.trainer.logger) == ["console", "file", "wandb", "tensorboard"]
+    assert config.reward.custom_reward_function.path == plan["files"]["reward_module"]
+    assert config.reward.custom_reward_function.name == "compute_score"
+    assert config.data.train_files == plan["files"]["train"]  # the path with a space survives quoting
+    assert config.trainer.default_local_dir == str(tmp_path / "run dir" / "checkpoints")
+    assert config.trainer.save_freq == 2 and config.trainer.resume_mode == "disable"
+    assert arr.model.lora_rank == (16 if algorithm == "lora_grpo" else 0)
+    if algorithm == "lora_grpo":
+        assert arr.model.lora_alpha == 32 and arr.model.target_modules == "all-linear"
+
+
+def test_steps_resume_and_lists_compose(tmp_path: Path) -> None:
+    registry = load_registry()
+    flags = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": str(tmp_path), "max_steps": 5,
+             "target_modules": ["q_proj", "k_proj"], "lr_scheduler": "cosine", "nproc_per_node": 1}
+    values = resolve(registry, "lora_grpo", backend="verl", flags=flags, environ={}).values()
+    plan = translate("lora_grpo", values, num_prompts=40, resume_from=str(tmp_path / "checkpoints" / "global_step_2"))
+    config = compose(plan["overrides"])
+    check_like_verl(config)
+    assert (config.trainer.total_training_steps, config.trainer.total_epochs, config.trainer.save_freq) == (5, 5, 5)
+    assert config.trainer.resume_mode == "resume_path"
+    assert config.trainer.resume_from_path.endswith("global_step_2")
+    assert list(config.actor_rollout_ref.model.target_modules) == ["q_proj", "k_proj"]
+    assert config.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
+
+
+def test_a_key_verl_does_not_have_fails_composition(tmp_path: Path) -> None:
+    from hydra.errors import ConfigCompositionException
+
+    plan = native("grpo", tmp_path)
+    with pytest.raises(ConfigCompositionException, match="nosuchkey"):
+        compose([*plan["overrides"], "trainer.nosuchkey=1"])
