@@ -84,7 +84,9 @@ def test_broken_distribution_is_named_and_the_rest_works(broken_site: Path) -> N
 
 def test_allow_list_and_disable_list(broken_site: Path) -> None:
     none = json.loads(_thub(broken_site, "plugins", "--json", THUB_PLUGINS="").stdout)
-    assert {p["name"] for p in none["plugins"]} == {"thub_builtins.algorithms", "thub_builtins.rewards", "thub_builtins.checks"}
+    from thub.manager import BUILTIN_PLUGINS
+
+    assert {p["name"] for p in none["plugins"]} == set(BUILTIN_PLUGINS)
     assert none["failures"] == []
     only = json.loads(_thub(broken_site, "plugins", "--json", THUB_PLUGINS="thub-good").stdout)
     assert "thub_good" in {p["name"] for p in only["plugins"]} and "trl" not in {p["name"] for p in only["plugins"]}
