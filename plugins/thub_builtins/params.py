@@ -161,6 +161,17 @@ class GRPOParams(BaseParams):
     gpu_memory_utilization: float | None = _field(group="grpo", help="Fraction of GPU memory for the rollout engine.", gt=0, le=1)
     tensor_parallel_size: int | None = _field(group="grpo", help="Tensor parallelism of the rollout engine.", ge=1)
     concurrency: int | None = _field(group="grpo", help="Concurrent rollouts.", ge=1)
+    micro_batch_size: int | None = _field(group="grpo-scale", help="Per-GPU micro-batch of policy updates.", ge=1)
+    ppo_mini_batch_size: int | None = _field(group="grpo-scale", help="Prompts per policy-update mini-batch (default: derived from prompt_batch_size).", ge=1)
+    load_format: Literal["dummy", "safetensors", "auto"] | None = _field(group="grpo-scale", help="How the rollout engine loads initial weights before the first sync.")
+    layered_summon: bool | None = _field(group="grpo-scale", help="Gather sharded LoRA weights layer by layer for the rollout engine (large models).")
+    language_model_only: bool | None = _field(group="grpo-scale", help="Load only the language model of a multimodal checkpoint into the rollout engine.")
+    update_weights_bucket_megabytes: int | None = _field(group="grpo-scale", help="Bucket size of the trainer-to-rollout weight sync, in MB.", ge=1)
+    param_offload: bool | None = _field(group="grpo-scale", help="Offload sharded parameters to CPU.")
+    optimizer_offload: bool | None = _field(group="grpo-scale", help="Offload optimizer states to CPU.")
+    saves_per_epoch: int | None = _field(group="grpo-scale", help="Checkpoints per pass over the prompts.", ge=1)
+    use_dr_grpo: bool | None = _field(group="grpo", help="Dr. GRPO: no std normalisation of advantages, sequence-sum loss.")
+    use_fused_kernels: bool | None = _field(group="grpo-scale", help="Fused logits/entropy kernels in the policy model.")
 
 
 class LoRAGRPOParams(LoRAMixin, GRPOParams):
