@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from thub.data.formats import FORMATS, DatasetSource, detect_format, kind_of, normalize_row
-from thub.data.problems import Problems
+from thub.data.problems import Problems, no_gc
 from thub.data.readers import iter_records
 from thub.errors import UsageError
 
@@ -40,6 +40,11 @@ def load_source(source: DatasetSource, problems: Problems | None = None) -> Load
     that looks different is an error (a file mixing two schemas is almost always a mistake
     that would otherwise be read half-wrong).
     """
+    with no_gc():
+        return _load_source(source, problems)
+
+
+def _load_source(source: DatasetSource, problems: Problems | None) -> LoadedSource:
     own = problems is None
     problems = problems if problems is not None else Problems()
     fmt = source.format

@@ -7,7 +7,10 @@ output. So the first few problems are shown verbatim and the rest are counted pe
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from thub.errors import UsageError
@@ -75,3 +78,19 @@ class Problems:
             "error_kinds": dict(self.error_kinds),
             "warnings": dict(self.warnings),
         }
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building millions of acyclic objects.
+
+    Parsed JSON rows and token lists never form cycles, but each allocation burst triggers
+    collections that rescan everything built so far: ~30% of load time on 100k rows.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

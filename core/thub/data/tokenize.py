@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from thub.data.problems import no_gc
 from thub.data.templates import ChatTemplate, Span, TemplateRejected, check_template
 from thub.errors import UsageError
 
@@ -172,7 +173,7 @@ def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: i
         return kept, texts, spans
 
     # Pipeline: while the Rust tokenizer encodes batch k (GIL released), Python renders batch k+1.
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=1) as pool, no_gc():
         pending: tuple[list[int], list[Any], Future[Any]] | None = None
         for indices in [*_chunks(len(rows), BATCH), None]:
             nxt = None
@@ -243,6 +244,17 @@ def tokenize_documents(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_l
     def where(i: int) -> str:
         return locations[i] if locations is not None else f"row {i + 1}"
 
+    with no_gc():
+        _documents(rows, backend, eos, max_seq_len, overlong, stats, out, overlong_at, where)
+    if overlong == "error" and overlong_at:
+        raise UsageError(f"{len(overlong_at)} document(s) longer than max_seq_len={max_seq_len} tokens: "
+                         f"{', '.join(overlong_at[:5])} (use overlong=truncate or drop)")
+    return out, stats
+
+
+def _documents(rows: Sequence[dict[str, Any]], backend: Any, eos: int | None, max_seq_len: int | None,
+               overlong: str, stats: TokenizeStats, out: list[dict[str, list[int]]], overlong_at: list[str],
+               where: Any) -> None:
     for indices in _chunks(len(rows), BATCH):
         encs = backend.encode_batch([rows[i]["document"] for i in indices], add_special_tokens=True)
         for i, enc in zip(indices, encs, strict=True):
@@ -265,7 +277,3 @@ def tokenize_documents(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_l
             stats.trained_tokens += len(ids)
             stats.lengths.append(len(ids))
             out.append({"input_ids": ids, "labels": list(ids)})
-    if overlong == "error" and overlong_at:
-        raise UsageError(f"{len(overlong_at)} document(s) longer than max_seq_len={max_seq_len} tokens: "
-                         f"{', '.join(overlong_at[:5])} (use overlong=truncate or drop)")
-    return out, stats
