@@ -257,3 +257,21 @@ def test_train_stops_before_launch_without_gpu(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "backend mini-trainer needs an NVIDIA GPU; none found" in done.stdout + done.stderr
     assert not (tmp_path / "run" / "thub_run.json").exists()  # nothing launched, nothing written
+
+
+@pytest.mark.slow
+def test_force_launch_reports_the_library_root_cause(tiny_model, demo_data, tmp_path) -> None:
+    """On a CPU machine, --force-launch runs mini-trainer for real and its own CUDA failure is the
+    root cause reported, not torchrun's ChildFailedError wrapper."""
+    out = tmp_path / "run"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "thub", "train", "osft", "--backend", "mini-trainer", "--model-path", str(tiny_model),
+         "--data-path", str(demo_data / "chat.jsonl"), "--ckpt-output-dir", str(out), "--unfreeze-rank-ratio", "0.5",
+         "--max-tokens-per-gpu", "1024", "--max-seq-len", "128", "--learning-rate", "1e-4", "--force-launch"],
+        capture_output=True, text=True, env=environ, timeout=300)
+    assert done.returncode == 1
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed"
+    assert "ChildFailedError" not in result["error"]
+    assert "cuda" in result["error"].lower() or "accelerator" in result["error"].lower(), result["error"]

@@ -58,7 +58,7 @@ def _make_command(algorithm: str) -> click.Command:
 
     def callback(**kwargs: Any) -> None:
         control = {k: kwargs.pop(k) for k in ("backend", "config", "overrides", "dry_run", "as_json",
-                                              "allow_ignored", "overwrite", "resume")}
+                                              "allow_ignored", "overwrite", "resume", "force_launch")}
         from thub.config.resolve import resolve
         from thub.launch.submit import LaunchOptions, distributed_flags
 
@@ -96,7 +96,8 @@ def _make_command(algorithm: str) -> click.Command:
             console().print(f"[bold]{algorithm}[/bold] on backend [bold]{resolved.backend.name}[/bold] "
                             f"({resolved.backend_reason}) -> {resolved.values()['ckpt_output_dir']}")
         result = run_training(resolved, overwrite=control["overwrite"], resume=control["resume"],
-                              command_line=["thub", *sys.argv[1:]], quiet_json=control["as_json"])
+                              command_line=["thub", *sys.argv[1:]], quiet_json=control["as_json"],
+                              force_launch=control["force_launch"])
         if control["as_json"]:
             emit_json(result)
         sys.exit(0 if result["status"] == "succeeded" else 130 if result["status"] == "interrupted" else 1)
@@ -109,6 +110,8 @@ def _make_command(algorithm: str) -> click.Command:
         click.Option(["--json", "as_json"], is_flag=True, help="Print the plan (dry run) or result.json on stdout."),
         click.Option(["--allow-ignored"], is_flag=True, help="Warn instead of failing on parameters the backend does not honour."),
         click.Option(["--overwrite"], is_flag=True, help="Reuse a run directory that holds a finished run."),
+        click.Option(["--force-launch"], is_flag=True,
+                     help="Launch even when preflight checks fail (to see the library's own error)."),
         click.Option(["--resume"], is_flag=True, help="Continue the run in ckpt_output_dir from its latest checkpoint."),
         click.Option(["--launcher"], type=click.Choice(["local", "slurm"]), default=None,
                      help="local (this machine; PET_* makes it one node's worker) or slurm (sbatch). [default: local]"),

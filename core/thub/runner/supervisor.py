@@ -98,14 +98,15 @@ def _validate_data(resolved: ResolvedConfig) -> None:
                       document_column=params.get("document_column_name") or "document")
 
 
-def _preflight(resolved: ResolvedConfig) -> None:
-    """Run the backend's preflight doctor checks; a failure stops the launch with its fix."""
+def _preflight(resolved: ResolvedConfig, force: bool = False) -> None:
+    """Run the backend's preflight doctor checks; a failure stops the launch with its fix
+    (with ``force``, it is printed and the launch goes on)."""
     from thub.cli.output import console
     from thub.doctor import blocking, format_problems, preflight
     from thub.errors import ThubError
 
     outcomes = preflight(resolved.backend.name, resolved.values()["ckpt_output_dir"])
-    if blocking(outcomes):
+    if blocking(outcomes) and not force:
         raise ThubError("preflight checks failed (details: `thub doctor`):\n" + format_problems(outcomes))
     warnings = format_problems(outcomes)
     if warnings:
@@ -192,12 +193,17 @@ def run_training(
     resume: bool = False,
     command_line: list[str] | None = None,
     quiet_json: bool = False,
+    force_launch: bool = False,
 ) -> dict[str, Any]:
-    """Run one training job to its end and return the content of ``result.json``."""
+    """Run one training job to its end and return the content of ``result.json``.
+
+    ``force_launch`` launches despite failing preflight checks, so that the library's own
+    failure (e.g. a CUDA call on a CPU machine) is what the result reports.
+    """
     params = resolved.values()
     run_dir = RunDirectory(Path(params["ckpt_output_dir"]))
     _validate_data(resolved)
-    _preflight(resolved)
+    _preflight(resolved, force=force_launch)
     run_dir.prepare(overwrite=overwrite, resume=resume)
 
     resume_from = None
