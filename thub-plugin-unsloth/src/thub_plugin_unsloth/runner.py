@@ -1,0 +1,163 @@
+"""The unsloth training loop, run inside thub's supervised child process.
+
+``import unsloth`` must come before trl/transformers/peft (it patches them), so it is the first
+heavy import of :func:`run`; this module imports nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from thub.runner.context import RunContext
+from thub_plugin_unsloth.translate import translate
+
+_PATCHED_LATE = ("trl", "transformers", "peft")
+
+
+def import_unsloth() -> Any:
+    """``import unsloth`` first; say so when something imported trl/transformers/peft before it."""
+    early = [name for name in _PATCHED_LATE if name in sys.modules and "unsloth" not in sys.modules]
+    if early:
+        print(f"thub: WARNING: {', '.join(early)} imported before unsloth; unsloth's patches may not apply",
+              file=sys.stderr, flush=True)
+    import unsloth
+
+    return unsloth
+
+
+def _metrics_callback(context: RunContext) -> Any:
+    from transformers import TrainerCallback
+
+    class ThubCallback(TrainerCallback):
+        """Writes thub's metrics stream, reports checkpoints, stops cleanly on a signal."""
+
+        def __init__(self) -> None:
+            self.last_tokens: float | None = None
+            self.last_time = time.time()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+            if not state.is_world_process_zero or not logs or "train_runtime" in logs or "loss" not in logs:
+                return
+            line = {k: v for k, v in logs.items() if isinstance(v, (int, float)) and "/" not in k}
+            line["epoch"] = state.epoch
+            now, tokens = time.time(), logs.get("num_tokens")
+            if tokens is not None and self.last_tokens is not None and now > self.last_time:
+                line["tokens_per_second"] = (tokens - self.last_tokens) / (now - self.last_time)
+            self.last_tokens, self.last_time = tokens, now
+            context.metrics.log(state.global_step, max_steps=state.max_steps, **line)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            if context.stop_requested:
+                control.should_save = True  # --resume continues at the next step
+                control.should_training_stop = True
+
+        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            context.checkpoint(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
+
+    return ThubCallback()
+
+
+class LabelPadCollator:
+    """Pads thub's ``input_ids``/``labels`` rows (labels with -100) and builds the attention mask.
+
+    Ours rather than TRL's, so thub's assistant-only labels reach the loss whatever TRL version
+    or unsloth patch is installed.
+    """
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        width = max(len(row["input_ids"]) for row in rows)
+        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            n = len(row["input_ids"])
+            ids[i, :n] = torch.tensor(row["input_ids"])
+            labels[i, :n] = torch.tensor(row.get("labels", row["input_ids"]))
+            mask[i, :n] = 1
+        return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+
+
+def pretraining_rows(rows: list[dict[str, Any]], tokenizer: Any, block_size: int, column: str) -> list[dict[str, Any]]:
+    """Documents tokenized, joined with EOS and cut into ``block_size`` blocks (the tail is dropped)."""
+    encoded = tokenizer([row[column] for row in rows], add_special_tokens=False)["input_ids"]
+    stream: list[int] = []
+    for ids in encoded:
+        stream.extend(ids)
+        stream.append(tokenizer.eos_token_id)
+    blocks = [stream[i : i + block_size] for i in range(0, len(stream) - block_size + 1, block_size)]
+    if not blocks:
+        raise ValueError(f"the documents hold {len(stream)} tokens, fewer than one block of {block_size}")
+    return [{"input_ids": block, "labels": list(block)} for block in blocks]
+
+
+def prepare_rows(params: dict[str, Any], plan: dict[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
+    """thub's data: chat with assistant-only labels (or all tokens), documents, or processed rows."""
+    from thub.data import load_dataset_rows, tokenize_chat
+
+    column = params.get("document_column_name") or "document"
+    rows = load_dataset_rows(params["data_path"], params.get("data_format", "auto"), document_column=column)
+    if plan["data"]["mode"] == "pretraining":
+        return pretraining_rows(rows, tokenizer, params["block_size"], "document")
+    if rows and "input_ids" in rows[0]:
+        return [{"input_ids": r["input_ids"], "labels": r.get("labels", r["input_ids"])} for r in rows]
+    prepared, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=params.get("unmask_messages", False))
+    print(f"thub: prepared {len(prepared)} samples: {stats}", flush=True)
+    for warning in stats.warnings():
+        print(f"thub: WARNING: {warning}", flush=True)
+    return prepared
+
+
+def _datasets(params: dict[str, Any], plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
+    from datasets import Dataset
+
+    dataset = Dataset.from_list(prepare_rows(params, plan, tokenizer))
+    if plan["data"]["validation_split"]:
+        split = dataset.train_test_split(test_size=plan["data"]["validation_split"], seed=params["seed"])
+        return split["train"], split["test"]
+    return dataset, None
+
+
+def run(context: RunContext) -> dict[str, Any]:
+    """Train a LoRA adapter with unsloth according to ``translate("lora_sft", params)``."""
+    unsloth = import_unsloth()
+    import trl
+
+    params = context.params
+    plan = translate(context.algorithm, params)
+    os.environ.update(plan["environment"])
+    config_kwargs = dict(plan["config"])
+    if config_kwargs["bf16"] and not unsloth.is_bfloat16_supported():
+        print("thub: this GPU has no bf16: training in fp16", flush=True)
+        config_kwargs.update(bf16=False, fp16=True)
+
+    model, tokenizer = unsloth.FastLanguageModel.from_pretrained(**plan["load"])
+    if getattr(tokenizer, "pad_token", None) is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = unsloth.FastLanguageModel.get_peft_model(model, **plan["lora"])
+    train_dataset, eval_dataset = _datasets(params, plan, tokenizer)
+    config = trl.SFTConfig(**config_kwargs)
+    trainer = trl.SFTTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=train_dataset,
+                             eval_dataset=eval_dataset, data_collator=LabelPadCollator(tokenizer.pad_token_id),
+                             callbacks=[_metrics_callback(context)])
+    output = trainer.train(resume_from_checkpoint=context.resume_from)
+    if context.stop_requested:
+        latest = context.run_dir.latest_checkpoint()
+        return {"interrupted": True, "final_checkpoint": str(latest[0]) if latest else None}
+    final = None
+    if params["save_final_checkpoint"]:
+        final = str(context.run_dir.path / "final")
+        model.save_pretrained(final)  # the LoRA adapter (adapter_config.json + adapter_model.safetensors)
+        tokenizer.save_pretrained(final)
+        context.checkpoint(final, trainer.state.global_step)
+    summary = {k: v for k, v in output.metrics.items() if isinstance(v, (int, float))}
+    summary["global_step"] = trainer.state.global_step
+    return {"final_checkpoint": final, "summary": summary}

@@ -1,0 +1,167 @@
+"""thub's backend contract, and the translation checked against TRL/PEFT's own types and
+unsloth's loader signatures."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from thub.config.resolve import resolve
+from thub.errors import UsageError
+from thub.manager import load_registry
+from thub.testing import BackendContract
+
+BASE = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
+
+# Keyword parameters of unsloth 2026.10.9, read from the wheel (unsloth/models/llama.py
+# FastLlamaModel.get_peft_model, unsloth/models/loader.py FastLanguageModel.from_pretrained,
+# unsloth_zoo/cpu/loader.py FastCPUModel). Both accept **kwargs; these are the named ones
+# thub relies on, so a rename upstream shows up here and in the GPU smoke test.
+UNSLOTH_LOAD = {"model_name", "max_seq_length", "dtype", "load_in_4bit", "load_in_8bit", "full_finetuning",
+                "trust_remote_code", "use_gradient_checkpointing"}
+UNSLOTH_PEFT = {"r", "target_modules", "lora_alpha", "lora_dropout", "bias", "use_gradient_checkpointing",
+                "random_state", "max_seq_length", "use_rslora"}
+UNSLOTH_PEFT_KWARGS = {"use_dora"}  # forwarded to peft.LoraConfig through **kwargs
+
+
+class TestUnslothContract(BackendContract):
+    backend = "unsloth"
+    plugin_module = "thub_plugin_unsloth"
+    readme = Path(__file__).parents[1] / "README.md"
+    samples = {"lora_sft": {**BASE, "lora_r": 4, "target_modules": ["q_proj"], "load_in_4bit": True}}
+
+
+def _plan(**params):
+    registry = load_registry()
+    resolved = resolve(registry, "lora_sft", backend="unsloth", flags={**BASE, **params}, environ={})
+    return registry.translate("lora_sft", "unsloth", resolved.values())
+
+
+def test_translation_builds_real_trl_config(tmp_path: Path) -> None:
+    import trl
+
+    plan = _plan(ckpt_output_dir=str(tmp_path), warmup_steps=2, weight_decay=0.1, beta1=0.8, wandb_run_name="r1",
+                 effective_batch_size=32, save_steps=5, validation_split=0.1, validation_frequency=3)
+    config = trl.SFTConfig(**plan["config"])
+    assert config.output_dir == f"{tmp_path}/checkpoints"
+    assert (config.warmup_steps, config.weight_decay, config.adam_beta1, config.run_name) == (2, 0.1, 0.8, "r1")
+    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (8, 4)
+    assert config.use_cpu is True and config.bf16 is False and config.gradient_checkpointing is False
+    assert config.dataset_kwargs == {"skip_prepare_dataset": True} and config.remove_unused_columns is False
+    assert (config.save_strategy, config.save_steps, config.eval_strategy, config.eval_steps) == ("steps", 5, "steps", 3)
+    assert config.max_length == 2048
+
+
+def test_lora_arguments_build_a_real_peft_config() -> None:
+    from peft import LoraConfig
+
+    plan = _plan(lora_r=8, lora_alpha=16, lora_dropout=0.05, use_rslora=True, use_dora=True, seed=7)
+    lora = plan["lora"]
+    # the keys unsloth hands to peft.LoraConfig (FastCPUModel.get_peft_model / FastLlamaModel)
+    config = LoraConfig(r=lora["r"], lora_alpha=lora["lora_alpha"], lora_dropout=lora["lora_dropout"],
+                        bias=lora["bias"], target_modules=lora["target_modules"], use_rslora=lora["use_rslora"],
+                        use_dora=lora["use_dora"], task_type="CAUSAL_LM")
+    assert (config.r, config.lora_alpha, config.use_rslora, config.use_dora) == (8, 16, True, True)
+    assert lora["random_state"] == 7 and lora["max_seq_length"] == 2048
+    assert set(lora) <= UNSLOTH_PEFT | UNSLOTH_PEFT_KWARGS
+    assert set(plan["load"]) <= UNSLOTH_LOAD
+
+
+def test_loader_keys_match_installed_unsloth_signatures() -> None:
+    unsloth = pytest.importorskip("unsloth", reason="unsloth is not installed here (it is not in CI)")
+    plan = _plan()
+    loader = unsloth.FastLanguageModel
+    load_params = set(inspect.signature(loader.from_pretrained).parameters)
+    peft_params = set(inspect.signature(loader.get_peft_model).parameters)
+    assert set(plan["load"]) <= load_params
+    assert set(plan["lora"]) - UNSLOTH_PEFT_KWARGS <= peft_params
+
+
+def test_gradient_checkpointing_and_quantisation() -> None:
+    plan = _plan(load_in_4bit=True)
+    assert plan["load"]["load_in_4bit"] is True and plan["load"]["use_gradient_checkpointing"] == "unsloth"
+    off = _plan(gradient_checkpointing=False)
+    assert off["load"]["use_gradient_checkpointing"] is False and off["lora"]["use_gradient_checkpointing"] is False
+    assert _plan()["lora"]["target_modules"][0] == "q_proj"
+
+
+def test_loss_on_assistant_tokens_unless_unmasked() -> None:
+    assert _plan()["data"]["loss_on"] == "assistant tokens"
+    assert _plan(unmask_messages=True)["data"]["loss_on"] == "all tokens"
+    pre = _plan(is_pretraining=True, block_size=64)
+    assert pre["data"]["mode"] == "pretraining" and pre["config"]["max_length"] == 64
+    assert pre["load"]["max_seq_length"] == 64
+
+
+@pytest.mark.parametrize("name, value", [("packing", True), ("bnb_4bit_quant_type", "nf4"), ("nproc_per_node", 2),
+                                         ("use_liger", True)])
+def test_unhonoured_parameters_are_errors(name: str, value: object) -> None:
+    with pytest.raises(UsageError, match=rf"does not honour these lora_sft parameters:\n  {name} "):
+        _plan(**{name: value})
+
+
+def test_backend_defaults_and_runs_only_lora_sft() -> None:
+    registry = load_registry()
+    spec = registry.backends["unsloth"]
+    assert set(spec.algorithms) == {"lora_sft"}
+    assert spec.defaults_for("lora_sft")["max_grad_norm"] == 0.3
+    with pytest.raises(UsageError, match="does not run 'sft'"):
+        from thub_plugin_unsloth.translate import translate
+
+        translate("sft", {})
+
+
+def test_conflicts_read_from_requires_dist() -> None:
+    from importlib import metadata
+
+    from thub_plugin_unsloth import unsloth_conflicts
+
+    trl, datasets = metadata.version("trl"), metadata.version("datasets")
+    requires = ["trl!=0.19.0,<=1.15.0,>=0.18.2", "datasets!=4.0.*,<5.0.0,>=3.4.1", "tyro", "numpy",
+                "bitsandbytes>=0.45.5; sys_platform == 'never'"]
+    problems = unsloth_conflicts(requires)
+    from packaging.version import Version
+
+    assert any(p.startswith(f"trl {trl} is installed") for p in problems) == (Version(trl) > Version("1.15.0"))
+    assert any(p.startswith(f"datasets {datasets}") for p in problems) == (Version(datasets) >= Version("5"))
+    assert not any("tyro" in p or "numpy" in p for p in problems)
+
+
+def test_doctor_checks_registered() -> None:
+    registry = load_registry()
+    ids = {c for c in registry.checks if c.startswith("unsloth.")}
+    assert ids == {"unsloth.requirements", "unsloth.conflicts", "unsloth.device"}
+    from thub.specs import CheckContext
+
+    for check_id in ids:
+        result = registry.checks[check_id].run(CheckContext(backend="unsloth"))
+        assert result.status in ("ok", "warn", "fail") and (result.status == "ok" or result.fix)
+
+
+def test_collator_pads_labels_with_ignore_index() -> None:
+    from thub_plugin_unsloth.runner import LabelPadCollator
+
+    batch = LabelPadCollator(pad_token_id=0)([{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]},
+                                              {"input_ids": [8], "labels": [8]}])
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, 6, 7], [8, -100, -100]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
+def test_rows_get_assistant_only_labels(tiny_model: Path, demo_data: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from thub_plugin_unsloth.runner import prepare_rows
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    params = {"data_path": str(demo_data / "chat.jsonl"), "data_format": "auto", "max_seq_len": 256,
+              "document_column_name": "document"}
+    plan = _plan()
+    rows = prepare_rows(params, plan, tokenizer)
+    first = rows[0]
+    trained = sum(label != -100 for label in first["labels"])
+    assert 0 < trained < len(first["input_ids"]), "prompt tokens must be masked, the answer trained"
+    unmasked = prepare_rows({**params, "unmask_messages": True}, _plan(unmask_messages=True), tokenizer)
+    assert sum(label != -100 for label in unmasked[0]["labels"]) > trained
