@@ -133,22 +133,26 @@ def test_cancel_stops_the_job_and_its_restart_chain(slurm_env: dict[str, str], t
 
 def test_time_limit_then_restart_chain_resumes_to_completion(slurm_env: dict[str, str], tiny_model: Path,
                                                              demo_data: Path, tmp_path: Path) -> None:
-    # every step takes >= 0.5 s (sitecustomize in the training child), so 180 steps outlast a
-    # 1-minute limit (SLURM enforces it within ~30 s) and the chained job finishes the rest
+    # The first job's steps take >= 0.6 s (a sitecustomize in the training child, active until the
+    # run resumes), so 150 steps outlast a 1-minute limit, which SLURM enforces within ~30 s; the
+    # chained job resumes from the checkpoint written on SIGTERM and runs the rest at full speed
+    # within its own minute.
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(
-        "import os, time\n"
-        "if os.environ.get('THUB_RUN_DIR') and os.environ.get('THUB_TEST_STEP_SLEEP'):\n"
-        "    from thub.runner import metrics\n"
-        "    _log = metrics.MetricsWriter.log\n"
-        "    def log(self, *a, **k):\n"
-        "        time.sleep(float(os.environ['THUB_TEST_STEP_SLEEP']))\n"
-        "        return _log(self, *a, **k)\n"
-        "    metrics.MetricsWriter.log = log\n")
-    env = {**slurm_env, "PYTHONPATH": str(hooks), "THUB_TEST_STEP_SLEEP": "0.5"}
+        "import json, os, time\n"
+        "run = os.environ.get('THUB_RUN_DIR')\n"
+        "if run and os.environ.get('THUB_TEST_STEP_SLEEP'):\n"
+        "    if json.load(open(os.path.join(run, 'thub_run.json'))).get('resume_from') is None:\n"
+        "        from thub.runner import metrics\n"
+        "        _log = metrics.MetricsWriter.log\n"
+        "        def log(self, *a, **k):\n"
+        "            time.sleep(float(os.environ['THUB_TEST_STEP_SLEEP']))\n"
+        "            return _log(self, *a, **k)\n"
+        "        metrics.MetricsWriter.log = log\n")
+    env = {**slurm_env, "PYTHONPATH": str(hooks), "THUB_TEST_STEP_SLEEP": "0.6"}
     out = tmp_path / "chain"
-    job_ids = submit(tiny_model, demo_data / "chat.jsonl", out, env, "--max-steps", "180", "--save-steps", "20",
+    job_ids = submit(tiny_model, demo_data / "chat.jsonl", out, env, "--max-steps", "150", "--save-steps", "25",
                      "--effective-batch-size", "2", "--time", "1", "--max-restarts", "1")
     status = wait(out, env, 330)
     assert status["status"] == "succeeded", status["_logs"]
@@ -157,4 +161,4 @@ def test_time_limit_then_restart_chain_resumes_to_completion(slurm_env: dict[str
     assert [a["job_id"] for a in attempts] == job_ids
     assert attempts[1]["resume_from"] and "checkpoint-" in attempts[1]["resume_from"]
     lines = read_metrics(out / "training_metrics.jsonl")
-    assert [line["step"] for line in lines] == list(range(1, 181))  # each step once, none lost or repeated
+    assert [line["step"] for line in lines] == list(range(1, 151))  # each step once, none lost or repeated
