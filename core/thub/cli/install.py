@@ -328,10 +328,12 @@ def envs_show(name: str, as_json: bool) -> None:
     summary = env_summary(manifest)
     for key, value in summary.items():
         click.echo(f"{key}: {value}")
+    from packaging.requirements import Requirement
+
     for backend in manifest.backends:
-        click.echo(f"backend {backend['name']}: {', '.join(sorted(backend['algorithms']))}; requires "
-                   + ", ".join(f"{r} (installed {backend.get('installed', {}).get(r.split(';')[0].split('>')[0].split('<')[0].split('=')[0].strip(), '?')})"
-                               for r in backend.get("requirements", [])))
+        installed = backend.get("installed") or {}
+        reqs = [f"{r} (installed {installed.get(Requirement(r).name) or '?'})" for r in backend.get("requirements", [])]
+        click.echo(f"backend {backend['name']}: {', '.join(sorted(backend['algorithms']))}; requires {', '.join(reqs) or '-'}")
 
 
 @envs.command("remove")

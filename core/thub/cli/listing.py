@@ -43,9 +43,9 @@ def _location(registry: Any, spec: Any) -> dict[str, Any]:
         import sys
 
         return {"environment": "current", "python": sys.executable}
-    from thub.envs.manifest import manifest_for_python
+    from thub.envs.manifest import find_manifest
 
-    manifest = manifest_for_python(spec.python)
+    manifest = find_manifest(env)
     entry = manifest.backend(spec.name) if manifest else None
     return {
         "environment": env,

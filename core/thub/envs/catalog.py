@@ -37,7 +37,7 @@ class PluginEntry:
 CATALOG: dict[str, PluginEntry] = {
     entry.name: entry
     for entry in (
-        PluginEntry("trl", "thub-plugin-trl", "thub-plugin-trl",
+        PluginEntry("trl", "thub-plugin-trl", "thub-plugin-trl", gpu_extras=("cuda",),
                     notes="TRL + PEFT + transformers; trains on CPU or GPU"),
         PluginEntry("mini-trainer", "thub-plugin-minitrainer", "thub-plugin-minitrainer",
                     default_extras=("mini-trainer",), gpu_extras=("cuda",),
@@ -127,6 +127,10 @@ def resolve_source(spec: str, extras: tuple[str, ...] = (), gpu: bool = False) -
     path = Path(spec).expanduser()
     if ("/" in spec or spec.startswith(".")) and (path / "pyproject.toml").exists():
         dist = project_name(path) or path.name
+        known = next((e for e in CATALOG.values() if e.distribution == dist), None)
+        if known is not None:  # a known plugin's folder: its name and extras as for `thub install NAME`
+            wanted = tuple(dict.fromkeys((*known.default_extras, *(known.gpu_extras if gpu else ()), *extras)))
+            return Source(known.name, dist, str(path.resolve()), True, known, wanted)
         return Source(_env_name(dist), dist, str(path.resolve()), True, None, tuple(extras))
     key = ALIASES.get(spec, spec)
     entry = CATALOG.get(key)

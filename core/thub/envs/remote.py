@@ -14,9 +14,11 @@ def call_env(python: str, command: str, payload: dict[str, Any] | None = None, t
     """Run ``python -m thub.envs.describe COMMAND`` and return its JSON answer.
 
     The child reads no managed environments itself (``THUB_ENVS=""``): it answers only for what
-    is installed in it.
+    is installed in it. ``THUB_PLUGINS``/``THUB_DISABLE_PLUGINS`` choose plugins of the *current*
+    environment, so they are not passed on.
     """
-    env = dict(os.environ, THUB_ENVS="")
+    env = {k: v for k, v in os.environ.items() if k not in ("THUB_PLUGINS", "THUB_DISABLE_PLUGINS")}
+    env["THUB_ENVS"] = ""
     try:
         done = subprocess.run([python, "-m", "thub.envs.describe", command], input=json.dumps(payload or {}, default=str),
                               capture_output=True, text=True, timeout=timeout, env=env)

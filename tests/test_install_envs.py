@@ -1,0 +1,157 @@
+"""thub install with real installs from the package index (CPU): managed environments side by
+side, a demo trained through one, ``pip check`` in a fresh one, a refused conflicting install,
+and GPU-less resolves that pull no CUDA torch.
+
+Slow (``-m slow``): a trl environment takes about a minute on two idle cores (torch comes from
+pip's local wheel, everything else from pip's cache after the first run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from thub.runner.metrics import read_metrics
+
+pytestmark = [pytest.mark.slow, pytest.mark.install]
+
+ROOT = Path(__file__).parent.parent
+FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
+PLUGIN_FOLDERS = sorted(p for p in ROOT.glob("thub-plugin-*") if (p / "pyproject.toml").exists())
+
+try:
+    TORCH = f"torch=={metadata.version('torch')}"
+except metadata.PackageNotFoundError:  # pragma: no cover - CI installs the CPU torch first
+    TORCH = None
+
+
+def run(python: str | Path, *args: str, data_dir: Path, env: dict[str, str] | None = None,
+        timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    environ.update({"THUB_DATA_DIR": str(data_dir), **(env or {})})
+    return subprocess.run([str(python), *args], capture_output=True, text=True, env=environ, timeout=timeout)
+
+
+def thub(*args: str, data_dir: Path, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return run(sys.executable, "-m", "thub", *args, data_dir=data_dir, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("thub-data")
+
+
+@pytest.fixture(scope="module")
+def trl_env(data_dir: Path) -> dict:
+    if TORCH is None:
+        pytest.skip("no torch beside thub to pin")
+    done = thub("install", "trl", "--into", "managed", "--installer", "pip", "--torch", TORCH, "--json", data_dir=data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((data_dir / "envs" / "trl" / "thub-env.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def pinned_env(data_dir: Path) -> dict:
+    done = thub("install", str(FIXTURES / "thub-plugin-pinned"), "--into", "managed", "--installer", "pip",
+                "--torch", "none", data_dir=data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((data_dir / "envs" / "pinned" / "thub-env.json").read_text())
+
+
+# THUB_DISABLE_PLUGINS=trl hides the trl plugin installed in the test environment itself,
+# so the managed one is the trl backend (otherwise the current environment wins).
+HIDE_LOCAL_TRL = {"THUB_DISABLE_PLUGINS": "trl"}
+
+
+def test_side_by_side_envs_listed_with_their_location(trl_env: dict, pinned_env: dict, data_dir: Path) -> None:
+    assert trl_env["python"] != pinned_env["python"]
+    assert trl_env["pip_check"] == "ok" and trl_env["torch"] == TORCH
+    lock = (data_dir / "envs" / "trl" / "requirements.lock").read_text()
+    assert f"\n{TORCH}\n" in lock and "\ntrl==" in lock
+    assert not any(line.startswith("nvidia-") for line in lock.splitlines()), "a CPU install pulled CUDA"
+    data = json.loads(thub("backends", "--json", data_dir=data_dir, env=HIDE_LOCAL_TRL).stdout)
+    where = {b["name"]: b for b in data["backends"]}
+    assert where["trl"]["environment"] == "trl" and where["trl"]["path"] == str(data_dir / "envs" / "trl")
+    assert where["trl"]["ready"] and where["trl"]["library"]["name"] == "trl"
+    assert where["pinned"]["environment"] == "pinned" and where["pinned"]["python"] == pinned_env["python"]
+    # without hiding it, the current environment's trl wins and the listing says so
+    shown = json.loads(thub("backends", "--json", data_dir=data_dir).stdout)
+    assert next(b for b in shown["backends"] if b["name"] == "trl")["environment"] == "current"
+    assert any("'trl' is hidden" in note for note in shown["shadowed"])
+    table = thub("backends", data_dir=data_dir, env=HIDE_LOCAL_TRL)
+    assert "env trl" in table.stderr
+
+
+def test_demo_trained_through_managed_env(trl_env: dict, tiny_model: Path, demo_data: Path, tmp_path: Path,
+                                          data_dir: Path) -> None:
+    out = tmp_path / "run"
+    args = ["train", "sft", "--backend", "trl", "--model-path", str(tiny_model), "--data-path",
+            str(demo_data / "chat.jsonl"), "--ckpt-output-dir", str(out), "--max-steps", "2"]
+    plan = json.loads(thub(*args, "--dry-run", "--json", data_dir=data_dir, env=HIDE_LOCAL_TRL).stdout)
+    assert plan["backend"] == "trl" and plan["translation"], plan  # translated by the managed env's plugin
+    done = thub(*args, "--json", data_dir=data_dir, env=HIDE_LOCAL_TRL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "succeeded", result
+    record = json.loads((out / "thub_run.json").read_text())
+    env = record["environment"]
+    assert env["kind"] == "managed" and env["name"] == "trl" and env["python"] == trl_env["python"]
+    assert env["lock"]["sha256"] == trl_env["lock_sha256"] and any(r.startswith("trl==") for r in env["lock"]["requirements"])
+    assert record["versions"]["library"]["name"] == "trl" and record["versions"]["library"]["version"]
+    lines = read_metrics(out / "training_metrics.jsonl")
+    assert [line["step"] for line in lines] == [1, 2] and all("loss" in line for line in lines)
+
+
+def test_fresh_env_passes_pip_check_and_lists_only_its_backend(pinned_env: dict, data_dir: Path) -> None:
+    python = pinned_env["python"]
+    check = run(python, "-m", "pip", "check", data_dir=data_dir)
+    assert check.returncode == 0, check.stdout
+    data = json.loads(run(python, "-m", "thub", "backends", "--json", data_dir=data_dir, env={"THUB_ENVS": ""}).stdout)
+    assert [(b["name"], b["ready"], b["environment"]) for b in data["backends"]] == [("pinned", True, "current")]
+
+
+def test_conflicting_current_install_refused_with_pins(pinned_env: dict, data_dir: Path) -> None:
+    python = pinned_env["python"]
+    newsix = str(FIXTURES / "thub-plugin-newsix")
+    done = run(python, "-m", "thub", "install", newsix, "--into", "current", "--torch", "none", data_dir=data_dir)
+    assert done.returncode == 2, done.stderr
+    assert "six==1.16.0 is required by thub-plugin-pinned 0.1.0" in done.stderr
+    assert "thub-plugin-newsix: six>=1.17" in done.stderr and "--into managed" in done.stderr
+    assert run(python, "-c", "import importlib.metadata as m; print(m.version('six'))", data_dir=data_dir).stdout.strip() == "1.16.0"
+    # auto picks a managed environment instead, and says why
+    auto = run(python, "-m", "thub", "install", newsix, "--torch", "none", "--dry-run", data_dir=data_dir)
+    assert auto.returncode == 0, auto.stderr
+    assert "would conflict" in auto.stderr and "# into managed environment 'newsix'" in auto.stdout
+
+
+def test_doctor_check_matches_manifests(trl_env: dict, pinned_env: dict, data_dir: Path) -> None:
+    done = thub("doctor", "--json", data_dir=data_dir, timeout=300)
+    checks = {c["id"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["core.managed-envs"]["status"] == "ok", checks["core.managed-envs"]
+
+
+@pytest.mark.parametrize("folder", PLUGIN_FOLDERS, ids=[p.name for p in PLUGIN_FOLDERS])
+def test_gpu_less_resolve_pulls_no_cuda_torch(folder: Path, tmp_path: Path) -> None:
+    if TORCH is None:
+        pytest.skip("no torch beside thub to pin")
+    done = thub("install", str(folder), "--into", "managed", "--torch", TORCH, "--dry-run", "--resolve", "--json",
+                data_dir=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    resolved = json.loads(done.stdout)["plans"][0]["resolve"]
+    assert "error" not in resolved, resolved
+    assert resolved["cuda_packages"] == [], resolved["cuda_packages"]
+    if "torch" in resolved["install"]:
+        assert f"torch=={resolved['install']['torch']}" == TORCH
+
+
+def test_uninstall_removes_the_managed_env(pinned_env: dict, data_dir: Path) -> None:
+    done = thub("uninstall", "pinned", data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    assert not (data_dir / "envs" / "pinned").exists()
+    assert "pinned" not in [b["name"] for b in json.loads(thub("backends", "--json", data_dir=data_dir).stdout)["backends"]]
