@@ -12,12 +12,13 @@ byte-level BPE tokenizer (no network):
 It also times ``thub data check`` on a 100k-line JSONL file. Prints tokens/s and the ratio to
 the ceiling for each; no assertion (the contract lives in docs/performance-anchors.md).
 
-    python benchmarks/data_prep.py [--conversations 20000] [--vocab 32000] [--num-proc 2] [--repeat 1]
+    python benchmarks/data_prep.py [--conversations 20000] [--vocab 32000] [--num-proc 2] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -83,13 +84,11 @@ def make_tokenizer(corpus: list[str], vocab: int, template: str) -> Any:
                                    bos_token="<|endoftext|>", chat_template=template)
 
 
-def timed(fn: Any, repeat: int) -> tuple[float, Any]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+@contextlib.contextmanager
+def _quiet() -> Any:
+    """Silence the anchors' own printing (instructlab prints every masked sample)."""
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        yield
 
 
 def bench_trl(rows: list[dict[str, Any]], tok: Any, num_proc: int, cache_dir: str) -> tuple[int, int]:
@@ -155,7 +154,7 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=20000)
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--num-proc", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; the median per method is reported")
     parser.add_argument("--max-seq-len", type=int, default=4096)
     parser.add_argument("--check-lines", type=int, default=100_000)
     parser.add_argument("--skip", default="", help="comma list of: trl,loop,instructlab,check")
@@ -194,58 +193,71 @@ def main() -> None:
                 total += sum(len(x) for x in tok(texts[k:k + 1000], add_special_tokens=False)["input_ids"])
             return total, 0
 
-        seconds, (tokens, _) = timed(ceiling, ns.repeat)
-        results.append(("ceiling: tokenizer(batch of 1000), pre-rendered", seconds, tokens, 0))
+        def thub_tokenize(template: str) -> tuple[int, int]:
+            _, stats = tokenize_chat(rows, fresh(template), ns.max_seq_len)
+            return stats.tokens, stats.trained_tokens
 
-        for label, template in (("thub tokenize_chat (template with generation markers)", CHATML_GENERATION),
-                                ("thub tokenize_chat (template without markers)", CHATML)):
-            seconds, (samples, stats) = timed(lambda t=template: tokenize_chat(rows, fresh(t), ns.max_seq_len),
-                                              ns.repeat)
-            results.append((label, seconds, stats.tokens, stats.trained_tokens))
-            del samples
+        def thub_prepare(procs: int) -> tuple[int, int]:
+            result = prepare([DatasetSource(str(data_path))], fresh(), work / f"prepared{procs}.jsonl",
+                             max_seq_len=ns.max_seq_len, num_proc=procs, use_cache=False)
+            return result.stats.tokens, result.stats.trained_tokens
 
+        methods: list[tuple[str, Any]] = [
+            ("ceiling: tokenizer(batch of 1000), pre-rendered, 1 process", ceiling),
+            ("thub tokenize_chat, template with generation markers", lambda: thub_tokenize(CHATML_GENERATION)),
+            ("thub tokenize_chat, template without markers", lambda: thub_tokenize(CHATML)),
+        ]
         for procs in sorted({1, ns.num_proc}):
-            out = work / f"prepared{procs}.jsonl"
-            seconds, result = timed(lambda p=procs, o=out: prepare([DatasetSource(str(data_path))], fresh(), o,
-                                                                   max_seq_len=ns.max_seq_len, num_proc=p,
-                                                                   use_cache=False), ns.repeat)
-            results.append((f"thub prepare -> JSONL, validation included, num_proc={procs}", seconds,
-                            result.stats.tokens, result.stats.trained_tokens))
-
+            methods.append((f"thub prepare -> JSONL (validation+writing), num_proc={procs}",
+                            lambda p=procs: thub_prepare(p)))
         if "trl" not in skip:
-            try:
-                seconds, (tokens, trained) = timed(lambda: bench_trl(rows, fresh(), ns.num_proc, str(work / "trl")),
-                                                   ns.repeat)
-                results.append((f"TRL SFTTrainer._prepare_dataset (assistant_only_loss, num_proc={ns.num_proc})",
-                                seconds, tokens, trained))
-            except Exception as exc:  # noqa: BLE001 - report and go on
-                print(f"TRL anchor failed: {exc!r}", file=sys.stderr)
+            methods.append((f"TRL SFTTrainer._prepare_dataset (assistant_only_loss, num_proc={ns.num_proc})",
+                            lambda: bench_trl(rows, fresh(), ns.num_proc, str(work / "trl"))))
         if "loop" not in skip:
-            seconds, (tokens, trained) = timed(lambda: bench_loop(rows, fresh()), ns.repeat)
-            results.append(("apply_chat_template(return_assistant_tokens_mask) loop", seconds, tokens, trained))
+            methods.append(("apply_chat_template(return_assistant_tokens_mask) loop, 1 process",
+                            lambda: bench_loop(rows, fresh())))
         if "instructlab" not in skip:
-            try:
-                seconds, found = timed(lambda: bench_instructlab(rows, str(tok_dir), work, ns.num_proc), ns.repeat)
+            methods.append((f"instructlab-training process_data (num_cpu_procs={ns.num_proc})",
+                            lambda: bench_instructlab(rows, str(tok_dir), work, ns.num_proc)))
+
+        # Rounds interleave the methods, so a machine getting busier or quieter during the run
+        # does not favour whichever method ran first; the median per method is reported.
+        times: dict[str, list[float]] = {label: [] for label, _ in methods}
+        counts: dict[str, tuple[int, int]] = {}
+        failed: set[str] = set()
+        for _ in range(ns.repeat):
+            for label, fn in methods:
+                if label in failed:
+                    continue
+                start = time.perf_counter()
+                try:
+                    with _quiet():
+                        found = fn()
+                except Exception as exc:  # noqa: BLE001 - report and go on
+                    print(f"{label}: failed: {exc!r}", file=sys.stderr)
+                    failed.add(label)
+                    continue
                 if found is None:
-                    print("instructlab-training not installed: its anchor is skipped", file=sys.stderr)
-                else:
-                    results.append((f"instructlab-training data_process.process_data (num_cpu_procs={ns.num_proc})",
-                                    seconds, *found))
-            except Exception as exc:  # noqa: BLE001 - report and go on
-                print(f"instructlab anchor failed: {exc!r}", file=sys.stderr)
+                    print(f"{label}: not installed, skipped", file=sys.stderr)
+                    failed.add(label)
+                    continue
+                times[label].append(time.perf_counter() - start)
+                counts[label] = found
+        results = [(label, statistics.median(times[label]), *counts[label]) for label, _ in methods
+                   if times[label]]
         check_s = None if "check" in skip else bench_check(work, ns.check_lines)
 
     ceiling_rate = results[0][2] / results[0][1]
-    print(f"{ns.conversations} conversations, vocab {len(tok)}, {os.cpu_count()} CPUs, median of {ns.repeat}")
+    print(f"{ns.conversations} conversations, vocab {len(tok)}, {os.cpu_count()} CPUs, median of {ns.repeat} interleaved rounds")
     print(f"{'method':<78} {'s':>7} {'tokens/s':>10} {'x ceiling':>9} {'tokens':>10} {'trained':>10}")
     for label, seconds, tokens, trained in results:
         rate = tokens / seconds
         print(f"{label:<78} {seconds:7.2f} {rate / 1e3:9.0f}k {rate / ceiling_rate:9.2f} {tokens:10d} {trained:10d}")
-    by_label = {label: (seconds, tokens) for label, seconds, tokens, _ in results}
-    thub_s = min(s for label, (s, _) in by_label.items() if label.startswith("thub prepare"))
-    for label, (seconds, _) in by_label.items():
+    rates = {label: tokens / seconds for label, seconds, tokens, _ in results}
+    best = max(rate for label, rate in rates.items() if label.startswith("thub prepare"))
+    for label, rate in rates.items():
         if label.startswith(("TRL", "apply_chat", "instructlab")):
-            print(f"thub prepare vs {label.split(' (')[0]}: {seconds / thub_s:.2f}x faster")
+            print(f"thub prepare (best) vs {label.split(' (')[0]}: {best / rate:.2f}x the tokens/s")
     if check_s is not None:
         print(f"thub data check on {ns.check_lines} lines: {check_s:.2f} s (target < 2 s)")
 

@@ -192,3 +192,15 @@ def test_documents(tok_plain: Any) -> None:
     assert stats.truncated == 1
     out, _ = tokenize_documents([{"document": "hi"}], tok_plain, None)
     assert out[0]["input_ids"][-1] == tok_plain.eos_token_id
+
+
+def test_template_trimming_only_the_system_turn() -> None:
+    src = CHATML.replace("message['content']", "(message['content'] | trim if message['role'] == 'system' "
+                                               "else message['content'])")
+    tok = make_tokenizer(chat_template=src)
+    template = ChatTemplate(tok)
+    rows = [{"messages": [{"role": "system", "content": f"{pad}sys{pad}"}, {"role": "user", "content": "u"},
+                          {"role": "assistant", "content": "a"}]} for pad in ("", " ", "\n", "", "  ")] * 4
+    for row in rows:
+        assert template.spans(row["messages"]) == template.exact_spans(row["messages"])
+    assert template.exact_rows > 0

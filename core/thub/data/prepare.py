@@ -220,11 +220,22 @@ def _prepare_into(tmp: Path, parts: list[str], rows: list[dict[str, Any]], locat
 
             bounds = [n * k // workers for k in range(workers + 1)]
             parts.extend(f"{tmp}.part{k}" for k in range(workers))
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                futures = [pool.submit(_run_shard, k, bounds[k], bounds[k + 1], parts[k]) for k in range(workers)]
-                stats = TokenizeStats()
-                for future in futures:
-                    stats.merge(future.result())
+            # One tokenizer thread per worker: the processes already share the cores, and a Rust
+            # thread pool inherited through fork could deadlock (tokenizers warns about it).
+            previous = os.environ.get("TOKENIZERS_PARALLELISM")
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"
+            try:
+                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                    futures = [pool.submit(_run_shard, k, bounds[k], bounds[k + 1], parts[k])
+                               for k in range(workers)]
+                    stats = TokenizeStats()
+                    for future in futures:
+                        stats.merge(future.result())
+            finally:
+                if previous is None:
+                    os.environ.pop("TOKENIZERS_PARALLELISM", None)
+                else:
+                    os.environ["TOKENIZERS_PARALLELISM"] = previous
         stats.samples_in = n
         with open(tmp, "wb") as target:
             for part in parts:

@@ -228,12 +228,17 @@ class ChatTemplate:
 
     def _probe_strips(self) -> bool:
         """Whether the template changes whitespace around contents (``| trim``)."""
-        probe = [{"role": "user", "content": " \n x \n "}, {"role": "assistant", "content": " \n y \n "}]
-        try:
-            text, _ = self.render(probe)
-        except TemplateRejected:
-            return True
-        return " \n x \n " not in text or " \n y \n " not in text
+        padded = [" \n s \n ", " \n x \n ", " \n y \n "]
+        for probe in ([{"role": "system", "content": padded[0]}, {"role": "user", "content": padded[1]},
+                       {"role": "assistant", "content": padded[2]}],  # some templates trim only the system turn
+                      [{"role": "user", "content": padded[1]}, {"role": "assistant", "content": padded[2]}]):
+            try:
+                text, _ = self.render(probe)
+            except TemplateRejected:
+                return True  # cannot tell: be safe, padded rows take the exact path
+            if any(m["content"] not in text for m in probe):
+                return True
+        return False
 
     def _build_skeleton(self, roles: tuple[str, ...]) -> _Skeleton | None:
         sentinels = [f"{_SENT_L}{i}{_SENT_R}" for i in range(len(roles))]
