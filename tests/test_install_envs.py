@@ -130,6 +130,19 @@ def test_conflicting_current_install_refused_with_pins(pinned_env: dict, data_di
     assert "would conflict" in auto.stderr and "# into managed environment 'newsix'" in auto.stdout
 
 
+def test_current_install_without_conflict_goes_in(pinned_env: dict, data_dir: Path) -> None:
+    python = pinned_env["python"]
+    echo = str(FIXTURES / "thub-plugin-echo")
+    done = run(python, "-m", "thub", "install", echo, "--into", "current", "--torch", "none", "--json", data_dir=data_dir)
+    assert done.returncode == 0, done.stderr[-2000:]
+    installed = json.loads(done.stdout)["installed"][0]
+    assert installed["target"] == "current" and installed["python"] == python and installed["pip_check"] == "ok"
+    data = json.loads(run(python, "-m", "thub", "backends", "--json", data_dir=data_dir, env={"THUB_ENVS": ""}).stdout)
+    assert sorted(b["name"] for b in data["backends"]) == ["echo", "pinned"]
+    again = run(python, "-m", "thub", "install", echo, data_dir=data_dir)
+    assert again.returncode == 0 and "already installed in the current environment" in again.stderr
+
+
 def test_doctor_check_matches_manifests(trl_env: dict, pinned_env: dict, data_dir: Path) -> None:
     done = thub("doctor", "--json", data_dir=data_dir, timeout=300)
     checks = {c["id"]: c for c in json.loads(done.stdout)["checks"]}

@@ -202,7 +202,7 @@ def plan_current(sources: list[Source], *, installer: str = "auto", torch: str |
     python = sys.executable
     tool = choose_installer(installer)
     plan = Plan("current", python, sources, tool)
-    pin = torch or current_torch()
+    pin = None if (torch or "").lower() == "none" else torch or current_torch()
     needs_torch = any(s.entry is None or s.entry.needs_torch for s in sources)
     constraints: Path | None = None
     if needs_torch and pin:
