@@ -92,7 +92,7 @@ def test_config_init_template_round_trips(thub_cli, tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert "# Completions sampled per prompt." in result.stdout and "# group_size: 8" in result.stdout
     filled = result.stdout.replace("model_path:   # required", "model_path: m").replace(
-        "data_path:   # required", "data_path: d.jsonl").replace("ckpt_output_dir:   # required", "ckpt_output_dir: o")
+        "# data_path: null", "data_path: d.jsonl").replace("ckpt_output_dir:   # required", "ckpt_output_dir: o")
     config = tmp_path / "grpo.yaml"
     config.write_text(filled)
     assert yaml.safe_load(filled)["algorithm"] == "grpo"

@@ -108,3 +108,27 @@ def test_config_file_for_another_algorithm_is_rejected(thub_registry, tmp_path: 
     config.write_text("algorithm: grpo\n")
     with pytest.raises(UsageError, match="config is for algorithm 'grpo', not 'sft'"):
         resolve(thub_registry, "sft", config_file=config, environ={})
+
+
+def test_datasets_mix_from_flags_and_yaml(thub_registry, tmp_path: Path) -> None:
+    config = tmp_path / "mix.yaml"
+    config.write_text("model_path: m\nckpt_output_dir: o\ndatasets:\n  - {path: a.jsonl, prob: 0.7}\n"
+                      "  - path: b.jsonl\n    format: sharegpt\n    role_tag: speaker\nmix_strategy: interleave_under\n")
+    resolved = resolve(thub_registry, "sft", backend="trl", config_file=config, environ={})
+    assert resolved.values()["datasets"][1] == {"path": "b.jsonl", "format": "sharegpt", "role_tag": "speaker"}
+    flagged = resolve(thub_registry, "sft", backend="trl", environ={},
+                      flags={"model_path": "m", "ckpt_output_dir": "o",
+                             "datasets": ["a.jsonl:prob=0.3,format=messages", "b.jsonl"]})
+    assert flagged.values()["datasets"] == ["a.jsonl:prob=0.3,format=messages", "b.jsonl"]
+    with pytest.raises(UsageError, match="data_path or datasets is required"):
+        resolve(thub_registry, "sft", backend="trl", flags={"model_path": "m", "ckpt_output_dir": "o"}, environ={})
+
+
+def test_dataset_flag_is_repeatable_and_not_split_on_commas(thub_cli) -> None:
+    result = thub_cli("train", "sft", "--dry-run", "--json", "--model-path", "m", "--ckpt-output-dir", "o",
+                      "--dataset", "a.jsonl:prob=0.3,format=messages", "--dataset", "b.jsonl",
+                      "--mix-strategy", "interleave_over", "--mix-probabilities", "0.3,0.7")
+    assert result.exit_code == 0, result.stderr
+    params = result.json()["parameters"]
+    assert params["datasets"] == {"value": ["a.jsonl:prob=0.3,format=messages", "b.jsonl"], "source": "flag --dataset"}
+    assert params["mix_probabilities"]["value"] == [0.3, 0.7]

@@ -15,9 +15,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-def _field(default: Any = None, *, group: str, help: str, **kw: Any) -> Any:
-    """A parameter: default, group (for --help and docs) and one line of help."""
-    return Field(default, description=help, json_schema_extra={"group": group}, **kw)
+def _field(default: Any = None, *, group: str, help: str, flag: str | None = None, split: bool = True,
+           **kw: Any) -> Any:
+    """A parameter: default, group (for --help and docs) and one line of help.
+
+    ``flag`` renames the CLI option (``--dataset`` for ``datasets``); ``split=False`` keeps a list
+    option's values whole instead of splitting them on commas.
+    """
+    extra: dict[str, Any] = {"group": group}
+    if flag:
+        extra["flag"] = flag
+    if not split:
+        extra["split"] = False
+    return Field(default, description=help, json_schema_extra=extra, **kw)
 
 
 REQUIRED = ...
@@ -31,9 +41,16 @@ class BaseParams(BaseModel):
 
     # core
     model_path: str = _field(REQUIRED, group="core", help="Local path or hub id of the base model.")
-    data_path: str = _field(REQUIRED, group="core", help="Training data file or directory (JSONL, JSON, Parquet, saved HF dataset).")
+    data_path: str | None = _field(group="core", help="Training data file or directory (JSONL, JSON, Parquet, saved HF dataset); or use datasets.")
     ckpt_output_dir: str = _field(REQUIRED, group="core", help="Run directory: checkpoints, metrics, logs, result.json.")
     data_format: DataFormat = _field("auto", group="core", help="Data format; 'auto' detects it from the first row.")
+    datasets: list[str | dict[str, Any]] | None = _field(
+        group="data", flag="dataset", split=False,
+        help="Several datasets to mix: PATH[:key=value,...] on the command line, or mappings "
+             "{path, format, role_tag, content_tag, user_tag, assistant_tag, prob, ...} in YAML (see docs/data.md).")
+    mix_strategy: Literal["concat", "interleave_under", "interleave_over"] = _field(
+        "concat", group="data", help="How datasets are combined: concat, or interleave until the shortest/longest ends.")
+    mix_probabilities: list[float] | None = _field(group="data", help="Sampling weights of the datasets for interleaving.")
     num_epochs: int | None = _field(group="core", help="Passes over the data.", ge=1)
     max_steps: int | None = _field(group="core", help="Stop after this many optimizer steps (overrides num_epochs where the backend supports it).", ge=1)
     effective_batch_size: int | None = _field(group="core", help="Samples per optimizer step across all processes (per-device batch x accumulation x world size).", ge=1)
@@ -77,11 +94,21 @@ class BaseParams(BaseModel):
     mlflow_experiment_name: str | None = _field(group="logging", help="MLflow experiment.")
     mlflow_run_name: str | None = _field(group="logging", help="MLflow run name.")
 
+    @model_validator(mode="after")
+    def _some_data(self) -> BaseParams:
+        if not self.data_path and not self.datasets:
+            raise ValueError("data_path or datasets is required")
+        if self.mix_probabilities and self.datasets and len(self.mix_probabilities) != len(self.datasets) + bool(self.data_path):
+            raise ValueError("mix_probabilities needs one weight per dataset (data_path counts as the first)")
+        return self
+
 
 class _SupervisedParams(BaseParams):
     """Supervised fine-tuning on chat data, or continued pretraining on documents."""
 
     unmask_messages: bool = _field(False, group="core", help="Train on every token, not only assistant turns.")
+    overlong: Literal["truncate", "drop", "error"] = _field(
+        "truncate", group="data", help="Samples longer than max_seq_len: truncate, drop or error (always counted and reported).")
     packing: bool | None = _field(group="core", help="Pack several samples into one sequence.")
     use_liger: bool | None = _field(group="core", help="Use Liger kernels.")
     validation_split: float | None = _field(group="core", help="Fraction of data held out for validation.", ge=0, lt=1)
@@ -148,7 +175,7 @@ class LoRASFTParams(LoRAMixin, _SupervisedParams):
 class GRPOParams(BaseParams):
     """Group Relative Policy Optimisation with verifiable rewards."""
 
-    data_path: str = _field(REQUIRED, group="core", help="Prompts with ground truth: rows {question|prompt|messages, ground_truth|answer}.")
+    data_path: str | None = _field(group="core", help="Prompts with ground truth: rows {question|prompt|messages, ground_truth|answer}.")
     reward: list[str] = _field(["math"], group="grpo", help="Reward functions: registered names (thub backends --rewards) or module:function.")
     group_size: int = _field(8, group="grpo", help="Completions sampled per prompt.", ge=2)
     prompt_batch_size: int | None = _field(group="grpo", help="Prompts per optimizer step.", ge=1)

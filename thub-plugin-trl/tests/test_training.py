@@ -33,12 +33,14 @@ def common(model: Path, data: Path, out: Path) -> list[str]:
     return ["--backend", "trl", "--model-path", str(model), "--data-path", str(data), "--ckpt-output-dir", str(out)]
 
 
-def assert_finished_run(out: Path, status: str = "succeeded", reward: bool = False) -> dict[str, Any]:
+def assert_finished_run(out: Path, status: str = "succeeded", reward: bool = False,
+                        source_flag: bool = True) -> dict[str, Any]:
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == status, result
     record = json.loads((out / "thub_run.json").read_text())
     assert record["versions"]["library"]["name"] == "trl" and record["versions"]["library"]["version"]
-    assert record["parameters"]["model_path"]["source"] == "flag --model-path"
+    if source_flag:
+        assert record["parameters"]["data_path"]["source"] == "flag --data-path"
     lines = read_metrics(out / "training_metrics.jsonl")
     assert lines, "no metrics written"
     for line in lines:
@@ -221,3 +223,14 @@ def test_failing_preflight_check_stops_the_launch(tiny_model: Path, demo_data: P
     assert done.returncode == 1
     assert "preflight checks failed" in done.stderr and "core.tmpdir" in done.stderr and "fix:" in done.stderr
     assert not out.exists()
+
+
+def test_sft_on_a_mix_of_chat_and_sharegpt(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "mix"
+    done = thub("train", "sft", "--backend", "trl", "--model-path", str(tiny_model), "--ckpt-output-dir", str(out),
+                "--dataset", str(demo_data / "chat.jsonl"), "--dataset", f"{demo_data / 'sharegpt.jsonl'}:format=sharegpt",
+                "--mix-strategy", "interleave_under", "--max-steps", "2")
+    assert done.returncode == 0, done.stderr
+    assert_finished_run(out, source_flag=False)
+    log = (out / "logs" / "train.log").read_text()
+    assert "thub: prepared 32 of 32 samples" in log  # interleave_under: 16 + 16 rows

@@ -21,8 +21,8 @@ def _option_for(info: ParamInfo) -> click.Option:
         name = info.option.removeprefix("--")
         return click.Option([f"--{name}/--no-{name}", info.name], default=None, help=help_text)
     if info.is_list:
-        return click.Option([info.option, info.name], multiple=True, metavar="A[,B]",
-                            help=help_text + " Repeatable or comma-separated.")
+        return click.Option([info.option, info.name], multiple=True, metavar="A[,B]" if info.split else "VALUE",
+                            help=help_text + (" Repeatable or comma-separated." if info.split else " Repeatable."))
     kinds = set(info.base_types)
     if info.choices:
         click_type: click.ParamType = click.Choice(info.choices)
@@ -42,7 +42,9 @@ def _flag_values(infos: dict[str, ParamInfo], given: dict[str, Any]) -> dict[str
         info = infos[name]
         if value is None or value == ():
             continue
-        if info.is_list:
+        if info.is_list and not info.split:
+            values[name] = list(value)
+        elif info.is_list:
             values[name] = [part.strip() for item in value for part in item.split(",") if part.strip()]
         elif isinstance(value, str) and not info.choices and str not in info.base_types:
             values[name] = parse_text(info, value)  # e.g. dicts, int|"auto"

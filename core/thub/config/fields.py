@@ -23,10 +23,12 @@ class ParamInfo:
     required: bool
     help: str
     group: str
+    flag: str | None = None
+    split: bool = True
 
     @property
     def option(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return "--" + (self.flag or self.name).replace("_", "-")
 
     @property
     def env_var(self) -> str:
@@ -54,15 +56,18 @@ class ParamInfo:
 
     def type_label(self) -> str:
         """A short human label for the type (``int``, ``list[str]``, ``auto|gpu|int``)."""
-        labels = []
-        for t in self.base_types:
-            if get_origin(t) is Literal:
-                labels.append("|".join(map(str, get_args(t))))
-            elif get_origin(t) in (list, dict):
-                labels.append(f"{get_origin(t).__name__}[{', '.join(a.__name__ for a in get_args(t))}]")
-            else:
-                labels.append(getattr(t, "__name__", str(t)))
-        return "|".join(labels)
+        return "|".join(_label(t) for t in self.base_types)
+
+
+def _label(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return "|".join(map(str, get_args(annotation)))
+    if origin in (typing.Union, types.UnionType):
+        return "|".join(_label(a) for a in get_args(annotation))
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(_label(a) for a in get_args(annotation))}]"
+    return getattr(annotation, "__name__", str(annotation))
 
 
 def _union_members(annotation: Any) -> tuple[Any, ...]:
@@ -84,6 +89,8 @@ def param_infos(model: type[BaseModel]) -> dict[str, ParamInfo]:
             required=required,
             help=field.description or "",
             group=str(extra.get("group", "other")),
+            flag=extra.get("flag"),
+            split=bool(extra.get("split", True)),
         )
     return infos
 
@@ -99,6 +106,8 @@ def parse_text(info: ParamInfo, text: str) -> Any:
     except yaml.YAMLError:
         value = text
     if info.is_list and isinstance(value, str):
+        if not info.split:
+            return [value]
         return [part.strip() for part in value.split(",") if part.strip()]
     if isinstance(value, (int, float)) and str in info.base_types and not {int, float} & set(info.base_types):
         return text  # "rdzv_id: 123" stays a string

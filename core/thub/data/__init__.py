@@ -8,7 +8,8 @@ Public API (stable; the training runner and backends call it):
 * :func:`load_dataset_rows` / :func:`detect_format` - read and validate one file;
 * :class:`DatasetSource` / :func:`mix` - several datasets with their own tags, mixed by a strategy;
 * :func:`tokenize_chat` / :func:`tokenize_documents` - input_ids + labels with loss masks;
-* :func:`prepare` - tokenize to a file backends read (cached, atomic).
+* :func:`prepare` - tokenize to a file backends read (cached, atomic);
+* :func:`training_rows` - the rows a run trains on, from its parameters (path or mix).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from thub.data.mixing import STRATEGIES, mix, mix_loaded
 from thub.data.prepare import PrepareResult, load_tokenizer, prepare
 from thub.data.problems import Problems
 from thub.data.tokenize import TokenizeStats, tokenize_chat, tokenize_documents
+from thub.data.training import training_rows, training_sources
 
 __all__ = [
     "FORMATS", "STRATEGIES", "DatasetSource", "LoadedSource", "PrepareResult", "Problems", "TokenizeStats",
     "detect_format", "load_dataset_rows", "load_source", "load_sources", "load_tokenizer", "mix", "mix_loaded",
-    "prepare", "tokenize_chat", "tokenize_documents",
+    "prepare", "tokenize_chat", "tokenize_documents", "training_rows", "training_sources",
 ]

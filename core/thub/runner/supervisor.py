@@ -91,11 +91,9 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
 
 def _validate_data(resolved: ResolvedConfig) -> None:
     """Validate the data before anything is written or started (bad data: exit 2)."""
-    from thub.data import load_dataset_rows
+    from thub.data import training_rows
 
-    params = resolved.values()
-    load_dataset_rows(params["data_path"], params.get("data_format") or "auto",
-                      document_column=params.get("document_column_name") or "document")
+    training_rows(resolved.values())
 
 
 def _preflight(resolved: ResolvedConfig, force: bool = False) -> None:

@@ -74,18 +74,21 @@ def _pretraining_rows(rows: list[dict[str, Any]], tokenizer: Any, block_size: in
 
 def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
     from datasets import Dataset
-    from thub.data import load_dataset_rows, tokenize_chat
+    from thub.data import tokenize_chat, training_rows
 
     params = context.params
-    rows = load_dataset_rows(params["data_path"], params["data_format"], document_column=params["document_column_name"])
+    rows, locations = training_rows(params)
     if plan["data"]["mode"] == "pretraining":
         prepared = _pretraining_rows(rows, tokenizer, params["block_size"])
     elif rows and "input_ids" in rows[0]:
         prepared = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows]
     else:
         # thub's own masking: correct for any chat template, overlong samples counted, not hidden
-        prepared, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=params["unmask_messages"])
-        print(f"thub: prepared {len(prepared)} samples: {stats}", flush=True)
+        prepared, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=params["unmask_messages"],
+                                        overlong=params["overlong"], locations=locations)
+        print(f"thub: prepared {len(prepared)} of {len(rows)} samples", flush=True)
+        for warning in stats.warnings():
+            print(f"thub: WARNING: {warning}", flush=True)
     dataset = Dataset.from_list(prepared)
     if plan["data"]["validation_split"]:
         split = dataset.train_test_split(test_size=plan["data"]["validation_split"], seed=params["seed"])
@@ -95,10 +98,10 @@ def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> t
 
 def _grpo_dataset(context: RunContext, plan: dict[str, Any]) -> Any:
     from datasets import Dataset
-    from thub.data import load_dataset_rows
+    from thub.data import training_rows
 
     params = context.params
-    rows = load_dataset_rows(params["data_path"], params["data_format"])
+    rows, _locations = training_rows(params)
     system = plan.get("system_prompt")
     prepared = []
     for row in rows:

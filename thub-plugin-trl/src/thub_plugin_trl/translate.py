@@ -13,6 +13,7 @@ from thub.runner.batching import split_batch, world_size
 from thub.selection import cuda_visible
 
 _BASE = frozenset({
+    "datasets", "mix_strategy", "mix_probabilities",
     "num_epochs", "max_steps", "learning_rate", "seed", "save_steps", "checkpoint_at_epoch",
     "save_final_checkpoint", "trust_remote_code", "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps",
     "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "logging_steps",
@@ -21,7 +22,7 @@ _BASE = frozenset({
     "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name",
 })
 _SFT = _BASE | {
-    "effective_batch_size", "max_seq_len", "unmask_messages", "packing", "gradient_checkpointing",
+    "effective_batch_size", "max_seq_len", "unmask_messages", "overlong", "packing", "gradient_checkpointing",
     "use_liger", "validation_split", "validation_frequency", "is_pretraining", "block_size",
     "document_column_name",
 }
