@@ -1,6 +1,5 @@
-"""Configuration: parameter introspection and layered resolution with sources."""
+"""Configuration: parameter introspection (``fields``) and layered resolution (``resolve``).
 
-from thub.config.fields import ParamInfo, format_value, param_infos, parse_text
-from thub.config.resolve import ResolvedConfig, read_config_file, resolve
-
-__all__ = ["ParamInfo", "ResolvedConfig", "format_value", "param_infos", "parse_text", "read_config_file", "resolve"]
+Submodules are imported on use: ``thub.config.fields`` is needed by ``thub --help``,
+``thub.config.resolve`` (pydantic) only by commands that resolve parameters.
+"""

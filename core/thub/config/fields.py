@@ -8,9 +8,10 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
-import yaml
-from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,8 @@ def _union_members(annotation: Any) -> tuple[Any, ...]:
 
 def param_infos(model: type[BaseModel]) -> dict[str, ParamInfo]:
     """Every parameter of ``model`` in declaration order."""
+    from pydantic_core import PydanticUndefined  # here: keep `thub --help` free of pydantic
+
     infos = {}
     for name, field in model.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
@@ -101,6 +104,8 @@ def parse_text(info: ParamInfo, text: str) -> Any:
     YAML scalars/flow collections are accepted (``[a, b]``, ``{k: 1}``, ``true``); a list
     parameter also accepts ``a,b``. Pydantic does the type checking afterwards.
     """
+    import yaml
+
     try:
         value = yaml.safe_load(text) if text.strip() else text
     except yaml.YAMLError:
