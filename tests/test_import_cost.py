@@ -43,3 +43,9 @@ def test_help_does_not_build_parameter_models() -> None:
     # pydantic model classes are built only for the command that needs them
     probe = _cli("--help") + "import sys\nassert 'thub_builtins.params' not in sys.modules, 'params loaded'\n"
     assert imported_heavy_modules(probe) == []
+
+
+def test_help_does_not_import_pydantic() -> None:
+    # pydantic costs ~0.1 s at import: `thub --help` must list commands without it
+    probe = _cli("--help") + "import sys\nassert 'pydantic' not in sys.modules, 'pydantic imported'\n"
+    assert imported_heavy_modules(probe) == []
