@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-$(mktemp -d /tmp/thub-unsloth-smoke.XXXX)}
+mkdir -p "$OUT"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 PY=${PYTHON:-python}
 

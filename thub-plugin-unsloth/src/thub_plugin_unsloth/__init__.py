@@ -23,7 +23,9 @@ REQUIREMENTS = (
 # Libraries whose range unsloth pins and other thub backends need in other versions.
 CONFLICT_PRONE = ("trl", "transformers", "datasets", "torch", "peft", "accelerate")
 INSTALL = ("python -m venv ~/.venvs/unsloth && ~/.venvs/unsloth/bin/pip install torch==2.13.0 torchvision==0.28.0 "
-           "&& ~/.venvs/unsloth/bin/pip install 'thub-plugin-unsloth[unsloth]'")
+           "&& ~/.venvs/unsloth/bin/pip install 'thub-plugin-unsloth[unsloth]'\n"
+           "# torchvision must match torch (else pip swaps in a CUDA torch); on a CPU-only torch run "
+           "`pip uninstall torchvision` afterwards")
 DOCS = "thub-plugin-unsloth/README.md"
 
 

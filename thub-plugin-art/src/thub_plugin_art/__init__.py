@@ -1,0 +1,140 @@
+"""thub backend ``art`` (openpipe-art): registration only. ART, torch and vLLM are imported in ``runner``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+from thub import hookimpl
+from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec
+from thub_plugin_art.translate import BACKEND, DEFAULTS, HONOURED, translate
+
+# The training library first (its version is recorded in thub_run.json); the rest is what
+# openpipe-art[backend] 0.5.18 brings for LocalBackend (Unsloth trainer + CUDA torch).
+REQUIREMENTS = ("openpipe-art>=0.5.18,<0.6", "torch>=2.10", "unsloth>=2026.3", "peft>=0.14")
+INSTALL = ("python -m venv ~/.venvs/art && ~/.venvs/art/bin/pip install 'thub-plugin-art[backend]'   "
+           "# CUDA torch 2.10, transformers 5.2, trl 0.20, unsloth 2026.3.3: an environment of its own")
+DOCS = "thub-plugin-art/README.md"
+
+
+@hookimpl
+def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
+    register(BackendSpec(
+        name=BACKEND,
+        summary="openpipe-art: LoRA GRPO on one NVIDIA GPU (Unsloth trainer + co-located vLLM).",
+        algorithms=HONOURED,
+        runner="thub_plugin_art.runner:run",
+        requirements=REQUIREMENTS,
+        needs_cuda=True,
+        priority=5,
+        defaults=DEFAULTS,
+        launcher="python",
+        docs=DOCS,
+    ))
+
+
+@hookimpl
+def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    if backend != BACKEND:
+        return None
+    return translate(algorithm, params)
+
+
+def _library_check(_context: CheckContext) -> CheckResult:
+    from thub.selection import requirement_problem
+
+    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
+    if problems:
+        return CheckResult("fail", "ART backend requirements not met", tuple(problems), fix=INSTALL, docs=DOCS)
+    return CheckResult("ok", "openpipe-art, torch, unsloth and peft installed in supported versions")
+
+
+def _cuda_check(_context: CheckContext) -> CheckResult:
+    from thub.selection import cuda_visible
+
+    if cuda_visible():
+        return CheckResult("ok", "an NVIDIA GPU is visible")
+    return CheckResult(
+        "fail", f"backend {BACKEND} needs an NVIDIA GPU; none found",
+        ("ART's LocalBackend trains with Unsloth on CUDA and samples with a vLLM server on the same GPU",),
+        fix="run on a machine with one NVIDIA GPU, or use `--backend trl`, which runs lora_grpo on CPU", docs=DOCS,
+    )
+
+
+def visible_gpu_count(environ: dict[str, str] | None = None) -> int | None:
+    """GPUs this process would see: CUDA_VISIBLE_DEVICES, else `nvidia-smi -L`; None if unknown."""
+    environ = dict(os.environ) if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() not in ("", "-1")])
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return len([line for line in listing.splitlines() if line.startswith("GPU ")])
+
+
+def _single_gpu_check(_context: CheckContext) -> CheckResult:
+    from thub_plugin_art.translate import single_gpu
+
+    count = visible_gpu_count()
+    if count is None or count <= 1:
+        return CheckResult("ok", f"ART runs on one GPU ({'GPU ' + single_gpu() if count else 'none visible'})")
+    return CheckResult(
+        "warn", f"{count} GPUs visible; ART uses one: thub sets CUDA_VISIBLE_DEVICES={single_gpu()} for the run",
+        ("ART's LocalBackend shares one GPU between the Unsloth trainer and vLLM; the others stay idle",),
+        fix="for several GPUs use `--backend verl`; or pick the GPU: CUDA_VISIBLE_DEVICES=N thub train ...", docs=DOCS,
+    )
+
+
+def _vllm_runtime_check(_context: CheckContext) -> CheckResult:
+    if os.environ.get("ART_VLLM_RUNTIME_BIN"):
+        return CheckResult("ok", f"ART uses the vLLM runtime at ART_VLLM_RUNTIME_BIN={os.environ['ART_VLLM_RUNTIME_BIN']}")
+    if shutil.which("uv"):
+        return CheckResult("warn", "ART will install its bundled vLLM runtime with uv on first use (needs the network)",
+                           fix="prepare it once on a connected machine, or set ART_VLLM_RUNTIME_BIN to an existing one",
+                           docs=DOCS)
+    return CheckResult(
+        "fail", "ART's vLLM runtime cannot be installed: `uv` is not on PATH and ART_VLLM_RUNTIME_BIN is unset",
+        ("openpipe-art 0.5.18 runs vLLM from a wheel it bundles, installed with uv into its own environment",),
+        fix="pip install uv   # or: export ART_VLLM_RUNTIME_BIN=/path/to/vllm-runtime/bin/vllm", docs=DOCS,
+    )
+
+
+def _module_collision_check(_context: CheckContext) -> CheckResult:
+    from importlib import metadata
+
+    try:
+        version = metadata.version("art")
+    except metadata.PackageNotFoundError:
+        return CheckResult("ok", "no other distribution installs a top-level `art` module")
+    return CheckResult(
+        "fail", f"the ASCII-art package `art` {version} is installed; it shadows openpipe-art's `art` module",
+        ("axolotl depends on it; the two cannot share an environment",),
+        fix="pip uninstall art && pip install --force-reinstall --no-deps openpipe-art", docs=DOCS,
+    )
+
+
+def _gpu_visible(_context: CheckContext) -> bool:
+    from thub.selection import cuda_visible
+
+    return cuda_visible()
+
+
+@hookimpl
+def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
+    only = frozenset({BACKEND})
+    preflight = frozenset({"preflight"})
+    register(CheckSpec("art.requirements", "ART backend libraries", _library_check, tags=preflight, backends=only))
+    register(CheckSpec("art.cuda", "ART needs an NVIDIA GPU", _cuda_check, tags=preflight, backends=only))
+    register(CheckSpec("art.single-gpu", "ART trains on one GPU", _single_gpu_check, tags=preflight, backends=only,
+                       applies=_gpu_visible))
+    register(CheckSpec("art.vllm-runtime", "ART's vLLM runtime", _vllm_runtime_check, backends=only,
+                       applies=_gpu_visible))
+    register(CheckSpec("art.module-collision", "the `art` module belongs to openpipe-art", _module_collision_check,
+                       tags=preflight, backends=only))
