@@ -78,11 +78,16 @@ def test_parameter_options_are_those_of_train() -> None:
     from thub.cli.estimate import _make_command as estimate_command
     from thub.cli.train import _make_command as train_command
 
+    from thub.config.fields import param_infos
+    from thub.manager import get_registry
+
     for algorithm in ("sft", "osft", "lora_sft", "grpo", "lora_grpo"):
-        est = {p.name for p in estimate_command(algorithm).params}
-        train = {p.name for p in train_command(algorithm).params}
-        only_train = {"dry_run", "allow_ignored", "overwrite", "resume"}
-        assert train - only_train <= est, algorithm
+        parameters = set(param_infos(get_registry().algorithm(algorithm).load_parameters()))
+        est = {p.name: p for p in estimate_command(algorithm).params}
+        train = {p.name: p for p in train_command(algorithm).params}
+        assert parameters <= set(est) and parameters <= set(train), algorithm
+        for name in parameters:  # the same generated option in both commands
+            assert est[name].opts == train[name].opts, name
 
 
 def test_config_file_and_set_are_honoured(tmp_path: Path) -> None:

@@ -234,3 +234,18 @@ def test_sft_on_a_mix_of_chat_and_sharegpt(tiny_model: Path, demo_data: Path, tm
     assert_finished_run(out, source_flag=False)
     log = (out / "logs" / "train.log").read_text()
     assert "thub: prepared 32 of 32 samples" in log  # interleave_under: 16 + 16 rows
+
+
+def test_crash_after_the_result_was_saved_keeps_succeeded(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    # teardown crashes (vLLM/Ray shutdown) after the model is saved must not turn a run into a failure
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, os\n"
+        "if os.environ.get('THUB_RUN_DIR'):\n"
+        "    atexit.register(lambda: os._exit(3))\n"
+    )
+    out = tmp_path / "teardown"
+    done = thub("train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "1",
+                env={"PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    result = assert_finished_run(out)
+    assert "exited with code 3 after writing its result" in result["note"]

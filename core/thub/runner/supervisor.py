@@ -246,7 +246,12 @@ def supervise(
     if not head:
         # a worker node: the run's result belongs to the node that holds rank 0; never clobber it
         return {"status": "succeeded" if code == 0 else "failed", "role": "worker", "exit_code": code}
-    if result is None or code not in (0, None) and not stopped:
+    saved = result is not None and result.get("status") == "succeeded"
+    if saved and code not in (0, None) and not stopped:
+        # the model and result were saved; a crash while the library shuts down (vLLM/Ray
+        # teardown) does not undo that
+        result["note"] = f"the child exited with code {code} after writing its result; see {run_dir.log_file}"
+    elif result is None or code not in (0, None) and not stopped:
         cause = root_cause_from_file(run_dir.log_file)
         result = {
             "status": "interrupted" if supervisor.signals and result is None and code in (-15, 143) else "failed",
