@@ -150,7 +150,7 @@ class LoRAMixin(BaseModel):
     """LoRA / QLoRA adapter parameters."""
 
     lora_r: int = _field(16, group="lora", help="LoRA rank.", ge=1)
-    lora_alpha: int = _field(32, group="lora", help="LoRA scaling alpha.", ge=1)
+    lora_alpha: int = _field(32, group="lora", help="LoRA scaling alpha (32 on every backend; none substitutes its own default).", ge=1)
     lora_dropout: float = _field(0.0, group="lora", help="Dropout on LoRA layers.", ge=0, lt=1)
     target_modules: list[str] | None = _field(group="lora", help="Modules to adapt (default: the backend's choice, usually all linear layers).")
     use_rslora: bool = _field(False, group="lora", help="Rank-stabilised LoRA scaling.")
@@ -171,21 +171,38 @@ class LoRAMixin(BaseModel):
 class LoRASFTParams(LoRAMixin, _SupervisedParams):
     """Supervised fine-tuning of LoRA/QLoRA adapters."""
 
+    save_merged: bool = _field(False, group="lora", help="Also export the base model with the adapter merged in, in 16 bits, next to the adapter (ckpt_output_dir/merged).")
+
+    @model_validator(mode="after")
+    def _merged_needs_final(self) -> LoRASFTParams:
+        if self.save_merged and not self.save_final_checkpoint:
+            raise ValueError("save_merged exports the final model: it needs save_final_checkpoint: true")
+        return self
+
 
 class GRPOParams(BaseParams):
     """Group Relative Policy Optimisation with verifiable rewards."""
 
     data_path: str | None = _field(group="core", help="Prompts with ground truth: rows {question|prompt|messages, ground_truth|answer}.")
     reward: list[str] = _field(["math"], group="grpo", help="Reward functions: registered names (thub backends --rewards) or module:function.")
-    group_size: int = _field(8, group="grpo", help="Completions sampled per prompt.", ge=2)
+    group_size: int = _field(8, group="grpo", help="Completions sampled per prompt. The GRPO group, the same on every backend.", ge=2)
     prompt_batch_size: int | None = _field(group="grpo", help="Prompts per optimizer step.", ge=1)
-    num_iterations: int | None = _field(group="grpo", help="Training iterations (backend meaning: see its docs).", ge=1)
+    num_iterations: int | None = _field(
+        group="grpo",
+        help="GRPO steps: each samples group_size completions for prompt_batch_size prompts and updates the policy "
+             "on them. The same as max_steps (set one, or both equal); unset: the backend's own length. "
+             "Not honoured by trl, whose num_iterations means updates per batch: use max_steps there.", ge=1)
     max_tokens: int = _field(512, group="grpo", help="Maximum completion tokens.", ge=1)
     max_prompt_length: int | None = _field(group="grpo", help="Maximum prompt tokens.", ge=1)
-    temperature: float = _field(0.7, group="grpo", help="Sampling temperature.", ge=0)
+    temperature: float = _field(0.7, group="grpo", help="Sampling temperature of the rollouts (passed to every backend's generator).", ge=0)
     beta: float | None = _field(group="grpo", help="KL penalty coefficient (0 disables the reference model).", ge=0)
     system_prompt: str | None = _field(group="grpo", help="System prompt prepended to every question.")
-    gpu_memory_utilization: float | None = _field(group="grpo", help="Fraction of GPU memory for the rollout engine.", gt=0, le=1)
+    gpu_memory_utilization: float | None = _field(group="grpo", help="Fraction of GPU memory for the vLLM rollout engine (vLLM's own setting, passed to the engine on every backend that has one).", gt=0, le=1)
+    enforce_eager: bool | None = _field(group="grpo", help="Run the vLLM rollout engine eagerly, without CUDA graphs (less memory, slower).")
+    rollout_function: str | None = _field(
+        group="grpo",
+        help="Custom rollouts: module:function, an async f(model, task) -> art.Trajectory that scores its own "
+             "trajectories; the rows of data_path are the tasks (reward is then not used).")
     tensor_parallel_size: int | None = _field(group="grpo", help="Tensor parallelism of the rollout engine.", ge=1)
     concurrency: int | None = _field(group="grpo", help="Concurrent rollouts.", ge=1)
     micro_batch_size: int | None = _field(group="grpo-scale", help="Per-GPU micro-batch of policy updates.", ge=1)
@@ -200,6 +217,26 @@ class GRPOParams(BaseParams):
     use_dr_grpo: bool | None = _field(group="grpo", help="Dr. GRPO: no std normalisation of advantages, sequence-sum loss.")
     use_fused_kernels: bool | None = _field(group="grpo-scale", help="Fused logits/entropy kernels in the policy model.")
 
+    @model_validator(mode="after")
+    def _one_step_count(self) -> GRPOParams:
+        if self.max_steps and self.num_iterations and self.max_steps != self.num_iterations:
+            raise ValueError(f"max_steps {self.max_steps} and num_iterations {self.num_iterations} disagree; "
+                             "both mean GRPO steps: set one")
+        if self.rollout_function:
+            unused = [name for name in ("reward", "system_prompt") if name in self.model_fields_set]
+            if unused:
+                raise ValueError(f"{' and '.join(unused)} not used with rollout_function (the rollout function "
+                                 "builds its own prompts and scores its trajectories)")
+        return self
+
 
 class LoRAGRPOParams(LoRAMixin, GRPOParams):
     """GRPO training LoRA adapters."""
+
+    max_lora_rank: int | None = _field(group="lora", help="Largest LoRA rank the vLLM rollout engine accepts (default: the smallest vLLM rank that holds lora_r).", ge=1)
+
+    @model_validator(mode="after")
+    def _rank_fits(self) -> LoRAGRPOParams:
+        if self.max_lora_rank is not None and self.max_lora_rank < self.lora_r:
+            raise ValueError(f"max_lora_rank {self.max_lora_rank} is smaller than lora_r {self.lora_r}")
+        return self

@@ -91,3 +91,23 @@ def test_rewards_resolve_by_name_and_import_string() -> None:
     by_name, by_path = load_rewards(["math", "thub_builtins.reward_functions:binary"])
     assert by_name(["q"], ["so the answer is 5"], ["5"]) == [1.0]
     assert by_path(["q"], ["Paris"], ["paris"]) == [1.0]
+
+
+def test_save_merged_plan_and_meaning() -> None:
+    plan = _plan("lora_sft", save_merged=True)
+    assert plan["merged"]["dir"] == "out/merged" and plan["merged"]["from_adapter"] == "final"
+    assert _plan("lora_sft")["merged"] is None
+    with pytest.raises(UsageError, match="save_merged exports the final model"):
+        _plan("lora_sft", save_merged=True, save_final_checkpoint=False)
+    # a full sft run saves the whole model already: save_merged is a LoRA SFT parameter only
+    from thub_builtins.params import LoRAGRPOParams, SFTParams
+
+    assert "save_merged" not in SFTParams.model_fields and "save_merged" not in LoRAGRPOParams.model_fields
+
+
+def test_num_iterations_is_not_trls_num_iterations() -> None:
+    # thub's num_iterations means GRPO steps (= max_steps); TRL's own means updates per batch
+    with pytest.raises(UsageError, match=r"num_iterations \(from flag --num-iterations\): backends that do: .*verl"):
+        _plan("lora_grpo", num_iterations=3)
+    assert _plan("grpo", max_steps=3)["config"]["max_steps"] == 3
+    assert "num_iterations" not in _plan("grpo", max_steps=3)["config"]

@@ -105,6 +105,32 @@ def test_lora_sft_saves_an_adapter(tiny_model: Path, demo_data: Path, tmp_path: 
     assert not (out / "final" / "model.safetensors").exists()
 
 
+def test_lora_sft_save_merged_exports_a_loadable_model(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "merged"
+    done = thub("train", "lora_sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "2",
+                "--lora-r", "4", "--learning-rate", "1e-2", "--save-merged")
+    assert done.returncode == 0, done.stderr
+    result = assert_finished_run(out)
+    assert result["final_checkpoint"] == str(out / "final") and (out / "final" / "adapter_model.safetensors").exists()
+    assert result["summary"]["merged_model"] == str(out / "merged")
+    merged_dir = out / "merged"
+    assert (merged_dir / "model.safetensors").exists() and (merged_dir / "tokenizer.json").exists()
+    assert not (merged_dir / "adapter_config.json").exists()
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir)
+    assert merged.dtype in (torch.bfloat16, torch.float16)
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=merged.dtype)
+    changed = [name for name, p in merged.named_parameters()
+               if not torch.equal(p, dict(base.named_parameters())[name])]
+    assert changed and all("proj" in n for n in changed), changed  # the adapted linear layers, merged in
+    with torch.no_grad():
+        logits = merged(torch.tensor([[1, 2, 3]])).logits
+    assert torch.isfinite(logits).all()
+
+
 def test_continued_pretraining_on_documents(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
     out = tmp_path / "pt"
     done = thub("train", "sft", *common(tiny_model, demo_data / "documents.jsonl", out), "--is-pretraining",

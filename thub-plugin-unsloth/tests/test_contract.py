@@ -165,3 +165,14 @@ def test_rows_get_assistant_only_labels(tiny_model: Path, demo_data: Path) -> No
     assert 0 < trained < len(first["input_ids"]), "prompt tokens must be masked, the answer trained"
     unmasked = prepare_rows({**params, "unmask_messages": True}, _plan(unmask_messages=True), tokenizer)
     assert sum(label != -100 for label in unmasked[0]["labels"]) > trained
+
+
+def test_save_merged_exports_16_bit_after_the_adapter() -> None:
+    assert _plan()["merged"] is None
+    assert _plan(save_merged=True)["merged"] == {"dir": "out/merged", "save_method": "merged_16bit"}
+    with pytest.raises(UsageError, match="needs save_final_checkpoint"):
+        _plan(save_merged=True, save_final_checkpoint=False)
+
+
+def test_lora_alpha_default_is_thubs_everywhere() -> None:
+    assert _plan()["lora"]["lora_alpha"] == 32 and _plan()["lora"]["r"] == 16

@@ -152,3 +152,90 @@ def test_doctor_checks_from_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "torch==2.11.0, but torch 2.13.0+cpu" in plugin.torch_pairing_problems()[0]
     versions["torch"] = "2.11.0+cu128"
     assert plugin.torch_pairing_problems() == []
+
+
+def test_scale_parameters_map_to_verl() -> None:
+    o = overrides(plan("lora_grpo", nproc_per_node=4, prompt_batch_size=16, group_size=4, micro_batch_size=2,
+                       ppo_mini_batch_size=8, load_format="safetensors", layered_summon=True, language_model_only=True,
+                       update_weights_bucket_megabytes=4096, param_offload=True, optimizer_offload=False,
+                       use_fused_kernels=True, use_dr_grpo=True, enforce_eager=True))
+    arr = "actor_rollout_ref"
+    expect = {
+        f"{arr}.actor.ppo_micro_batch_size_per_gpu": "2", f"{arr}.actor.ppo_mini_batch_size": "8",
+        f"{arr}.rollout.load_format": "safetensors", f"{arr}.rollout.layered_summon": "true",
+        f"+{arr}.rollout.engine_kwargs.vllm.language_model_only": "true",
+        f"{arr}.rollout.checkpoint_engine.update_weights_bucket_megabytes": "4096",
+        f"{arr}.actor.fsdp_config.param_offload": "true", f"{arr}.actor.fsdp_config.optimizer_offload": "false",
+        f"{arr}.model.use_fused_kernels": "true", f"{arr}.rollout.enforce_eager": "true",
+        "algorithm.norm_adv_by_std_in_grpo": "false", f"{arr}.actor.loss_agg_mode": "seq-mean-token-sum-norm",
+    }
+    assert {k: o.get(k) for k in expect} == expect
+
+
+def test_scale_defaults_are_backend_defaults_and_unset_switches_stay_verls() -> None:
+    registry = load_registry()
+    resolved = resolve(registry, "grpo", backend="verl", flags={**BASE, "nproc_per_node": 1}, environ={})
+    for name, value in (("micro_batch_size", 1), ("update_weights_bucket_megabytes", 3072), ("load_format", "dummy")):
+        assert resolved.values()[name] == value and resolved.sources[name] == "backend verl", name
+    assert resolved.sources["ppo_mini_batch_size"] == "default" and resolved.values()["ppo_mini_batch_size"] is None
+    o = overrides(registry.translate("grpo", "verl", resolved.values()))
+    assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "1"
+    assert o["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"] == "3072"
+    assert o["actor_rollout_ref.rollout.load_format"] == "dummy"
+    for key in ("actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.actor.fsdp_config.param_offload",
+                "actor_rollout_ref.model.use_fused_kernels", "algorithm.norm_adv_by_std_in_grpo",
+                "actor_rollout_ref.actor.loss_agg_mode", "actor_rollout_ref.rollout.layered_summon"):
+        assert key not in o, key
+    assert not any("language_model_only" in k for k in o)
+
+
+def test_layered_summon_is_lora_only() -> None:
+    with pytest.raises(UsageError, match=r"grpo parameters:\n  layered_summon .*no installed backend honours it"):
+        plan("grpo", layered_summon=True, nproc_per_node=1)
+
+
+def test_user_micro_and_mini_batches_in_the_checks() -> None:
+    # 8 prompts x 2 = 16 completions over 4 GPUs: micro batch 4 fits, 8 does not
+    assert batch_layout(8, 2, 4, 1, micro_batch_size=4)["ppo_micro_batch_size_per_gpu"] == 4
+    with pytest.raises(UsageError, match=r"= 16 completions per step is not divisible by n_gpus 4 × nnodes 1 × "
+                                         r"micro_batch_size 8 = 32; nearest valid prompt_batch_size values: 16; "
+                                         r"or micro_batch_size 4"):
+        plan(prompt_batch_size=8, group_size=2, nproc_per_node=4, micro_batch_size=8)
+    with pytest.raises(UsageError, match=r"ppo_mini_batch_size 6 is not a multiple of n_gpus 4 × nnodes 1 = 4; "
+                                         r"nearest valid ppo_mini_batch_size values: 4, 8"):
+        plan(prompt_batch_size=16, group_size=2, nproc_per_node=4, ppo_mini_batch_size=6)
+    with pytest.raises(UsageError, match=r"ppo_mini_batch_size 32 is larger than prompt_batch_size 16; "
+                                         r"nearest valid ppo_mini_batch_size values: 16"):
+        plan(prompt_batch_size=16, group_size=2, nproc_per_node=4, ppo_mini_batch_size=32)
+    # 4 prompts x 2 / 4 GPUs = 2 completions per GPU: not whole micro batches of 4
+    with pytest.raises(UsageError, match=r"ppo_mini_batch_size 4 gives 2 completions per GPU .* not a multiple of "
+                                         r"micro_batch_size 4; nearest valid ppo_mini_batch_size values: 8"):
+        plan(prompt_batch_size=16, group_size=2, nproc_per_node=4, micro_batch_size=4, ppo_mini_batch_size=4)
+    # nnodes counts for the user's mini batch too
+    with pytest.raises(UsageError, match=r"ppo_mini_batch_size 4 is not a multiple of n_gpus 4 × nnodes 2 = 8"):
+        plan(prompt_batch_size=16, group_size=2, nproc_per_node=4, nnodes=2, ppo_mini_batch_size=4)
+    # derived mini batch in whole micro batches: 300 prompts -> 256 (a multiple of 8 GPUs x 2 / gcd(2, 3))
+    assert batch_layout(320, 3, 8, 1, micro_batch_size=2)["ppo_mini_batch_size"] == 256
+
+
+def test_saves_per_epoch_sets_the_save_frequency_from_the_data() -> None:
+    from thub_plugin_verl.translate import translate
+
+    registry = load_registry()
+    values = resolve(registry, "lora_grpo", backend="verl", flags={**BASE, "saves_per_epoch": 2, "num_epochs": 3},
+                     environ={}).values()
+    dry = translate("lora_grpo", values)  # no data yet: the frequency is set at launch
+    assert "trainer.save_freq=-1" in dry["overrides"] and "saves_per_epoch 2" in dry["notes"][0]
+    p = translate("lora_grpo", values, num_prompts=100)  # 100 // 16 = 6 batches a pass, 2 saves a pass
+    assert "trainer.save_freq=3" in p["overrides"]
+    assert "trainer.save_freq=1" in translate("lora_grpo", {**values, "saves_per_epoch": 10}, num_prompts=100)["overrides"]
+    with pytest.raises(UsageError, match="save_steps and saves_per_epoch"):
+        plan(saves_per_epoch=2, save_steps=5)
+
+
+def test_num_iterations_means_grpo_steps_like_max_steps() -> None:
+    a, b = overrides(plan(num_iterations=4)), overrides(plan(max_steps=4))
+    assert a["trainer.total_training_steps"] == b["trainer.total_training_steps"] == "4"
+    assert overrides(plan(num_iterations=4, max_steps=4))["trainer.total_training_steps"] == "4"
+    # thub's default lora_alpha (32) always reaches verl, whose own default is 16
+    assert overrides(plan())["actor_rollout_ref.model.lora_alpha"] == "32"

@@ -121,3 +121,36 @@ def test_a_key_verl_does_not_have_fails_composition(tmp_path: Path) -> None:
     plan = native("grpo", tmp_path)
     with pytest.raises(ConfigCompositionException, match="nosuchkey"):
         compose([*plan["overrides"], "trainer.nosuchkey=1"])
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "lora_grpo"])
+def test_scale_parameters_compose_into_verls_config(algorithm: str, tmp_path: Path) -> None:
+    lora_only = {"layered_summon": True} if algorithm == "lora_grpo" else {}
+    plan = native(algorithm, tmp_path, num_prompts=100, nproc_per_node=4, prompt_batch_size=16, group_size=4,
+                  micro_batch_size=2, ppo_mini_batch_size=8, load_format="safetensors", language_model_only=True,
+                  update_weights_bucket_megabytes=4096, param_offload=True, optimizer_offload=True,
+                  saves_per_epoch=2, use_dr_grpo=True, use_fused_kernels=True, enforce_eager=True, **lora_only)
+    config = compose(plan["overrides"])
+    check_like_verl(config)
+    arr = config.actor_rollout_ref
+    assert (arr.actor.ppo_micro_batch_size_per_gpu, arr.actor.ppo_mini_batch_size) == (2, 8)
+    assert arr.rollout.load_format == "safetensors" and arr.rollout.enforce_eager is True
+    assert arr.rollout.layered_summon is (algorithm == "lora_grpo")
+    assert arr.rollout.engine_kwargs.vllm.language_model_only is True
+    assert arr.rollout.checkpoint_engine.update_weights_bucket_megabytes == 4096
+    assert arr.actor.fsdp_config.param_offload is True and arr.actor.fsdp_config.optimizer_offload is True
+    assert arr.model.use_fused_kernels is True and arr.actor.use_fused_kernels is True  # the actor reads the model's
+    assert config.algorithm.norm_adv_by_std_in_grpo is False
+    assert arr.actor.loss_agg_mode == "seq-mean-token-sum-norm"
+    assert config.trainer.save_freq == 3  # 100 // 16 = 6 prompt batches a pass, 2 saves a pass
+
+
+def test_backend_defaults_compose_to_verls_own_switches(tmp_path: Path) -> None:
+    config = compose(native("lora_grpo", tmp_path, nproc_per_node=1)["overrides"])
+    arr = config.actor_rollout_ref
+    assert arr.rollout.load_format == "dummy" and arr.actor.ppo_micro_batch_size_per_gpu == 1
+    assert arr.rollout.checkpoint_engine.update_weights_bucket_megabytes == 3072
+    assert arr.rollout.enforce_eager is False and arr.rollout.layered_summon is False
+    assert arr.actor.fsdp_config.param_offload is False and arr.model.use_fused_kernels is False
+    assert config.algorithm.norm_adv_by_std_in_grpo is True and arr.actor.loss_agg_mode == "token-mean"
+    assert dict(arr.rollout.engine_kwargs.vllm) == {}

@@ -136,6 +136,28 @@ def _model_kwargs(params: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any
     return kwargs
 
 
+def save_merged(params: dict[str, Any], adapter_dir: str, merged_dir: str, tokenizer: Any) -> None:
+    """The base model in 16 bits with the adapter in ``adapter_dir`` merged in (peft's
+    ``merge_and_unload``), saved with the tokenizer to ``merged_dir``.
+
+    The base is loaded afresh, unquantised, on the CPU: a QLoRA adapter is merged into the
+    16-bit weights, and the trained model on the GPU is left as it is.
+    """
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(params["model_path"], trust_remote_code=params["trust_remote_code"])
+    stored = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "")
+    dtype = torch.float16 if stored.endswith("float16") and "bfloat16" not in stored else torch.bfloat16
+    base = AutoModelForCausalLM.from_pretrained(params["model_path"], dtype=dtype,
+                                                trust_remote_code=params["trust_remote_code"])
+    merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+    merged.save_pretrained(merged_dir)
+    tokenizer.save_pretrained(merged_dir)
+    print(f"thub: merged {str(dtype).removeprefix('torch.')} model saved to {merged_dir}", flush=True)
+
+
 def run(context: RunContext) -> dict[str, Any]:
     """Train with TRL according to ``translate(algorithm, params)``; return the outcome."""
     import trl
@@ -172,6 +194,10 @@ def run(context: RunContext) -> dict[str, Any]:
         trainer.save_model(final)  # a PEFT model saves its adapter only
         tokenizer.save_pretrained(final)
         context.checkpoint(final, trainer.state.global_step)
+        if plan["merged"]:
+            save_merged(params, final, plan["merged"]["dir"], tokenizer)
     summary = {k: v for k, v in output.metrics.items() if isinstance(v, (int, float))}
     summary["global_step"] = trainer.state.global_step
+    if final and plan["merged"]:
+        summary["merged_model"] = plan["merged"]["dir"]
     return {"final_checkpoint": final, "summary": summary}

@@ -34,7 +34,7 @@ _GRPO = _BASE | {"reward", "group_size", "prompt_batch_size", "max_tokens", "tem
 
 HONOURED: dict[str, frozenset[str]] = {
     "sft": frozenset(_SFT),
-    "lora_sft": frozenset(_SFT | _LORA),
+    "lora_sft": frozenset(_SFT | _LORA | {"save_merged"}),
     "grpo": frozenset(_GRPO),
     "lora_grpo": frozenset(_GRPO | _LORA),
 }
@@ -135,7 +135,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     plan: dict[str, Any] = {"trainer": None, "config_class": None, "config": config,
                             "peft": _peft(params) if lora else None,
                             "quantization": _quantization(params) if lora else None,
-                            "world_size": world, "environment": _reporting(params)[1]}
+                            "world_size": world, "environment": _reporting(params)[1], "merged": None}
     if algorithm in ("sft", "lora_sft"):
         micro, accumulation = split_batch(params["effective_batch_size"], world, MAX_MICRO_BATCH)
         pretraining = params.get("is_pretraining", False)
@@ -149,6 +149,10 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         })
         if params.get("validation_split"):
             config.update({"eval_strategy": "steps", "eval_steps": params["validation_frequency"]})
+        if lora and params.get("save_merged"):
+            # after final/: the base in 16 bits + the adapter, peft's merge_and_unload, save_pretrained
+            plan["merged"] = {"dir": f"{params['ckpt_output_dir']}/merged", "from_adapter": "final",
+                              "dtype": "bfloat16 (float16 if the checkpoint is float16)"}
         plan.update({"trainer": "SFTTrainer", "config_class": "SFTConfig", "data": {
             "mode": "pretraining" if pretraining else "chat",
             "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else "assistant tokens",

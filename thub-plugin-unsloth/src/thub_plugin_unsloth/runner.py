@@ -158,6 +158,12 @@ def run(context: RunContext) -> dict[str, Any]:
         model.save_pretrained(final)  # the LoRA adapter (adapter_config.json + adapter_model.safetensors)
         tokenizer.save_pretrained(final)
         context.checkpoint(final, trainer.state.global_step)
+        if plan["merged"]:
+            # the base weights with the adapter merged in, in 16 bits (unsloth dequantises a 4-bit base)
+            model.save_pretrained_merged(plan["merged"]["dir"], tokenizer, save_method=plan["merged"]["save_method"])
+            print(f"thub: merged 16-bit model saved to {plan['merged']['dir']}", flush=True)
     summary = {k: v for k, v in output.metrics.items() if isinstance(v, (int, float))}
     summary["global_step"] = trainer.state.global_step
+    if final and plan["merged"]:
+        summary["merged_model"] = plan["merged"]["dir"]
     return {"final_checkpoint": final, "summary": summary}

@@ -31,6 +31,8 @@ _HONOURED = frozenset({
     # LoRA / QLoRA (bnb_4bit_* are not honoured: unsloth builds its own 4-bit config)
     "lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora",
     "load_in_4bit", "load_in_8bit",
+    # export
+    "save_merged",
 })
 
 HONOURED: dict[str, frozenset[str]] = {"lora_sft": _HONOURED}
@@ -164,4 +166,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             "validation_split": params.get("validation_split") or 0.0,
         },
         "environment": reporting(params)[1],
+        # after the adapter: model.save_pretrained_merged(dir, tokenizer, save_method="merged_16bit")
+        "merged": {"dir": f"{params['ckpt_output_dir']}/merged", "save_method": "merged_16bit"}
+        if params.get("save_merged") else None,
     }

@@ -17,11 +17,15 @@ from thub.errors import UsageError
 
 BACKEND = "verl"
 MODULE = "verl.trainer.main_ppo"
+# Backend defaults of parameters (shown as ``backend verl`` in --dry-run):
 # verl's FSDP->vLLM weight-sync bucket: 2048 MB cannot hold the embedding of large-vocabulary
-# models (Qwen3: 152K x 4096 x 4 bytes = 2.36 GB), so thub sets 3072 (see the README).
+# models (Qwen3: 152K x 4096 x 4 bytes = 2.36 GB), so thub's default is 3072 (see the README).
 WEIGHT_SYNC_BUCKET_MB = 3072
 # actor micro batch per GPU (Training Hub's value; a larger one OOMs on logits of 150K vocabularies)
 MICRO_BATCH_SIZE_PER_GPU = 1
+# vLLM allocates empty weights and receives the real ones at the first sync (verl's own default);
+# safetensors (with layered_summon) is for LoRA on 9B+ models.
+LOAD_FORMAT = "dummy"
 # verl's ppo_mini_batch_size is at most this many prompts (Training Hub's cap)
 MAX_PPO_MINI_BATCH = 256
 
@@ -34,20 +38,28 @@ _BASE = frozenset({
 })
 _GRPO = _BASE | {
     "reward", "group_size", "prompt_batch_size", "num_iterations", "max_tokens", "max_prompt_length",
-    "temperature", "beta", "system_prompt", "gpu_memory_utilization", "tensor_parallel_size",
+    "temperature", "beta", "system_prompt", "gpu_memory_utilization", "tensor_parallel_size", "enforce_eager",
+    # scale (grpo-scale group)
+    "micro_batch_size", "ppo_mini_batch_size", "load_format", "language_model_only",
+    "update_weights_bucket_megabytes", "param_offload", "optimizer_offload", "saves_per_epoch", "use_dr_grpo",
+    "use_fused_kernels",
 }
-_LORA = frozenset({"lora_r", "lora_alpha", "target_modules"})
+# layered_summon gathers LoRA weights layer by layer: verl applies it to LoRA only
+_LORA = frozenset({"lora_r", "lora_alpha", "target_modules", "layered_summon"})
 
 HONOURED: dict[str, frozenset[str]] = {
     "grpo": frozenset(_GRPO),
     "lora_grpo": frozenset(_GRPO | _LORA),
 }
 
+_SHARED_DEFAULTS: dict[str, Any] = {
+    "num_epochs": 1, "prompt_batch_size": 16, "max_prompt_length": 1024, "gpu_memory_utilization": 0.35,
+    "tensor_parallel_size": 1, "micro_batch_size": MICRO_BATCH_SIZE_PER_GPU,
+    "update_weights_bucket_megabytes": WEIGHT_SYNC_BUCKET_MB, "load_format": LOAD_FORMAT,
+}
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "grpo": {"num_epochs": 1, "learning_rate": 1e-6, "prompt_batch_size": 16, "max_prompt_length": 1024,
-             "gpu_memory_utilization": 0.35, "tensor_parallel_size": 1},
-    "lora_grpo": {"num_epochs": 1, "learning_rate": 1e-5, "prompt_batch_size": 16, "max_prompt_length": 1024,
-                  "gpu_memory_utilization": 0.35, "tensor_parallel_size": 1},
+    "grpo": {**_SHARED_DEFAULTS, "learning_rate": 1e-6},
+    "lora_grpo": {**_SHARED_DEFAULTS, "learning_rate": 1e-5},
 }
 
 _SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
@@ -87,23 +99,35 @@ def gpus_per_node(params: dict[str, Any], environ: dict[str, str] | None = None)
     )
 
 
-def _nearest(value: int, multiple: int) -> str:
+def _nearest(value: int, multiple: int, upper_bound: int | None = None) -> str:
+    """The multiples of ``multiple`` just below and above ``value`` (positive, at most ``upper_bound``)."""
     lower = (value // multiple) * multiple
     upper = lower + multiple
-    return ", ".join(str(v) for v in (lower, upper) if v > 0 and v != value)
+    return ", ".join(str(v) for v in (lower, upper)
+                     if v > 0 and v != value and (upper_bound is None or v <= upper_bound)) or "none"
+
+
+def _nearest_divisors(value: int, total: int) -> str:
+    """The divisors of ``total`` just below and above ``value``."""
+    divisors = [d for d in range(1, total + 1) if total % d == 0]
+    below = [d for d in divisors if d < value]
+    above = [d for d in divisors if d > value]
+    return ", ".join(str(v) for v in ([below[-1]] if below else []) + ([above[0]] if above else [])) or "none"
 
 
 def batch_layout(prompt_batch_size: int, group_size: int, n_gpus: int, nnodes: int,
-                 micro_batch_size: int = MICRO_BATCH_SIZE_PER_GPU) -> dict[str, int]:
-    """Check verl's batch divisibility for this layout and derive ``ppo_mini_batch_size``.
+                 micro_batch_size: int = MICRO_BATCH_SIZE_PER_GPU,
+                 ppo_mini_batch_size: int | None = None) -> dict[str, int]:
+    """Check verl's batch divisibility for this layout and settle ``ppo_mini_batch_size``.
 
     * ``prompt_batch_size × group_size`` completions must split over ``n_gpus × nnodes`` GPUs in
       whole micro batches: divisible by ``n_gpus × nnodes × micro_batch_size``;
-    * ``ppo_mini_batch_size`` (prompts per actor update, ``min(prompt_batch_size, 256)`` rounded
-      down to a multiple of the GPU count) must be divisible by ``n_gpus × nnodes``.
+    * ``ppo_mini_batch_size`` (prompts per actor update; given, or ``min(prompt_batch_size, 256)``
+      rounded down to a multiple of the GPU count) must be at most ``prompt_batch_size``, divisible
+      by ``n_gpus × nnodes``, and its completions per GPU (``ppo_mini_batch_size × group_size /
+      GPUs``) divisible by ``micro_batch_size`` (verl's ``ActorConfig`` check).
 
-    ``nnodes`` counts: GPUs on every node share the batch. Errors name the nearest valid
-    ``prompt_batch_size`` values.
+    ``nnodes`` counts: GPUs on every node share the batch. Errors name the nearest valid values.
     """
     world = n_gpus * nnodes
     where = f"n_gpus {n_gpus} × nnodes {nnodes}"
@@ -112,17 +136,40 @@ def batch_layout(prompt_batch_size: int, group_size: int, n_gpus: int, nnodes: i
     if completions % unit:
         # smallest step of prompt_batch_size that keeps the product divisible
         step = unit // math.gcd(unit, group_size)
+        micro_hint = ""
+        if completions % world == 0:
+            micro_hint = f"; or micro_batch_size {_nearest_divisors(micro_batch_size, completions // world)}"
         raise UsageError(
             f"prompt_batch_size {prompt_batch_size} × group_size {group_size} = {completions} completions "
             f"per step is not divisible by {where} × micro_batch_size {micro_batch_size} = {unit}; "
-            f"nearest valid prompt_batch_size values: {_nearest(prompt_batch_size, step)}"
+            f"nearest valid prompt_batch_size values: {_nearest(prompt_batch_size, step)}{micro_hint}"
         )
-    mini = (min(prompt_batch_size, MAX_PPO_MINI_BATCH) // world) * world
-    if mini == 0:
-        raise UsageError(
-            f"ppo_mini_batch_size must be a multiple of {where} = {world} and at most prompt_batch_size "
-            f"{prompt_batch_size}; nearest valid prompt_batch_size values: {_nearest(prompt_batch_size, world)}"
-        )
+    # mini batches that split into whole micro batches on every GPU: multiples of this many prompts
+    mini_step = world * (micro_batch_size // math.gcd(micro_batch_size, group_size))
+    if ppo_mini_batch_size is None:
+        mini = (min(prompt_batch_size, MAX_PPO_MINI_BATCH) // mini_step) * mini_step
+        if mini == 0:
+            multiple = (f"{where} = {world}" if mini_step == world else
+                        f"{mini_step} ({where} = {world} GPUs, in whole micro batches of {micro_batch_size})")
+            raise UsageError(
+                f"ppo_mini_batch_size must be a multiple of {multiple} and at most prompt_batch_size "
+                f"{prompt_batch_size}; nearest valid prompt_batch_size values: {_nearest(prompt_batch_size, mini_step)}"
+            )
+    else:
+        mini = ppo_mini_batch_size
+        problem = None
+        if mini > prompt_batch_size:
+            problem = f"is larger than prompt_batch_size {prompt_batch_size}"
+        elif mini % world:
+            problem = f"is not a multiple of {where} = {world}"
+        elif (mini * group_size // world) % micro_batch_size:
+            problem = (f"gives {mini * group_size // world} completions per GPU (× group_size {group_size} / {world} "
+                       f"GPUs), not a multiple of micro_batch_size {micro_batch_size}")
+        if problem:
+            valid = _nearest(min(mini, prompt_batch_size), mini_step, prompt_batch_size)
+            if mini > prompt_batch_size and prompt_batch_size % mini_step == 0:
+                valid = str(prompt_batch_size)
+            raise UsageError(f"ppo_mini_batch_size {mini} {problem}; nearest valid ppo_mini_batch_size values: {valid}")
     log_prob_micro = max(1, min(prompt_batch_size // world, 2))
     return {"world_size": world, "ppo_mini_batch_size": mini, "ppo_micro_batch_size_per_gpu": micro_batch_size,
             "log_prob_micro_batch_size_per_gpu": log_prob_micro, "completions_per_step": completions}
@@ -136,6 +183,22 @@ def planned_steps(params: dict[str, Any], num_prompts: int | None) -> int | None
     if num_prompts is None:
         return None
     return (num_prompts // params["prompt_batch_size"]) * (params.get("num_epochs") or 1)
+
+
+def save_frequency(params: dict[str, Any], steps: int | None, num_prompts: int | None) -> int:
+    """``trainer.save_freq``: ``save_steps``; else ``saves_per_epoch`` spread over a pass (Training Hub's
+    ``max(1, batches per pass // saves_per_epoch)``); else only the last step; ``-1`` while unknown."""
+    if params.get("save_steps"):
+        return int(params["save_steps"])
+    if params.get("saves_per_epoch"):
+        if num_prompts is None:
+            return -1
+        batches = max(1, num_prompts // params["prompt_batch_size"])
+        return max(1, batches // params["saves_per_epoch"])
+    if params.get("save_final_checkpoint", True):
+        # verl saves at the last step whenever save_freq > 0: the step count saves only there
+        return steps if steps else -1
+    return -1
 
 
 def _loggers(params: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
@@ -179,8 +242,12 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
             f"max_steps {params['max_steps']} and num_iterations {params['num_iterations']} disagree; on verl "
             "both mean GRPO steps (prompt batches): set one"
         )
+    if params.get("save_steps") and params.get("saves_per_epoch"):
+        raise UsageError("save_steps and saves_per_epoch both set the checkpoint frequency: set one")
     n_gpus, nnodes = gpus_per_node(params, environ), int(params.get("nnodes") or 1)
-    layout = batch_layout(params["prompt_batch_size"], params["group_size"], n_gpus, nnodes)
+    layout = batch_layout(params["prompt_batch_size"], params["group_size"], n_gpus, nnodes,
+                          micro_batch_size=params.get("micro_batch_size") or MICRO_BATCH_SIZE_PER_GPU,
+                          ppo_mini_batch_size=params.get("ppo_mini_batch_size"))
     tp = params.get("tensor_parallel_size") or 1
     if n_gpus % tp:
         raise UsageError(f"tensor_parallel_size {tp} must divide the GPUs per node ({n_gpus})")
@@ -198,13 +265,7 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
     if lora:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "true"
 
-    if params.get("save_steps"):
-        save_freq = params["save_steps"]
-    elif params.get("save_final_checkpoint", True):
-        # verl saves at the last step whenever save_freq > 0: the step count saves only there
-        save_freq = steps if steps else -1
-    else:
-        save_freq = -1
+    save_freq = save_frequency(params, steps, num_prompts)
 
     model = "actor_rollout_ref.model"
     actor = "actor_rollout_ref.actor"
@@ -240,7 +301,9 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
         f"{rollout}.max_model_len": params["max_prompt_length"] + params["max_tokens"],
         f"{rollout}.seed": params["seed"],
         f"{rollout}.log_prob_micro_batch_size_per_gpu": layout["log_prob_micro_batch_size_per_gpu"],
-        f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes": WEIGHT_SYNC_BUCKET_MB,
+        f"{rollout}.load_format": params.get("load_format") or LOAD_FORMAT,
+        f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes":
+            params.get("update_weights_bucket_megabytes") or WEIGHT_SYNC_BUCKET_MB,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": layout["log_prob_micro_batch_size_per_gpu"],
         "actor_rollout_ref.ref.fsdp_config.param_offload": True,
         "reward.custom_reward_function.path": files["reward_module"],
@@ -272,12 +335,27 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
     optional = {"warmup_steps": f"{actor}.optim.lr_warmup_steps", "weight_decay": f"{actor}.optim.weight_decay",
                 "max_grad_norm": f"{actor}.optim.clip_grad"}
     o.update({key: params[name] for name, key in optional.items() if params.get(name) is not None})
+    # unset: verl's own default (false) applies
+    switches = {"enforce_eager": f"{rollout}.enforce_eager", "layered_summon": f"{rollout}.layered_summon",
+                "param_offload": f"{actor}.fsdp_config.param_offload",
+                "optimizer_offload": f"{actor}.fsdp_config.optimizer_offload",
+                "use_fused_kernels": f"{model}.use_fused_kernels"}
+    o.update({key: bool(params[name]) for name, key in switches.items() if params.get(name) is not None})
+    if params.get("language_model_only") is not None:
+        # engine_kwargs.vllm is an open mapping in verl's schema: a new key needs Hydra's '+'
+        o[f"+{rollout}.engine_kwargs.vllm.language_model_only"] = bool(params["language_model_only"])
+    if params.get("use_dr_grpo"):
+        # Dr. GRPO (Liu et al. 2025): no std normalisation of advantages, sequence-sum loss
+        o.update({"algorithm.norm_adv_by_std_in_grpo": False, f"{actor}.loss_agg_mode": "seq-mean-token-sum-norm"})
     if params.get("beta1") is not None or params.get("beta2") is not None:
         o[f"{actor}.optim.betas"] = [params.get("beta1") or 0.9, params.get("beta2") or 0.999]
 
     overrides = [f"{key}={hydra_value(value)}" for key, value in o.items()]
     notes = []
-    if save_freq == -1 and params.get("save_final_checkpoint", True):
+    if save_freq == -1 and params.get("saves_per_epoch"):
+        notes.append(f"trainer.save_freq is set at launch from the data: max(1, prompt batches per pass // "
+                     f"saves_per_epoch {params['saves_per_epoch']})")
+    elif save_freq == -1 and params.get("save_final_checkpoint", True):
         notes.append("trainer.save_freq is set at launch to the step count from the data "
                      "(verl saves at the last step when save_freq > 0)")
     return {
