@@ -33,7 +33,8 @@ ART_SOURCE = ROOT / "build" / "openpipe-art-0.5.18"
 ART_FIELDS = {
     "init_args": {"load_in_4bit", "load_in_8bit", "trust_remote_code", "random_state", "use_gradient_checkpointing",
                   "max_seq_length"},
-    "engine_args": {"gpu_memory_utilization", "trust_remote_code", "seed", "max_lora_rank", "max_model_len"},
+    "engine_args": {"gpu_memory_utilization", "trust_remote_code", "seed", "max_lora_rank", "max_model_len",
+                    "enforce_eager"},
     "peft_args": {"r", "lora_alpha", "lora_dropout", "use_rslora", "random_state", "use_gradient_checkpointing",
                   "target_modules"},
     "trainer_args": {"seed", "max_grad_norm", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon"},
@@ -57,7 +58,7 @@ def _full_plan() -> dict[str, Any]:
     return _plan(lora_r=40, target_modules=["q_proj", "v_proj"], max_seq_len=4096, trust_remote_code=True,
                  gpu_memory_utilization=0.3, max_grad_norm=0.5, weight_decay=0.1, beta1=0.9, beta2=0.99, eps=1e-8,
                  load_in_4bit=True, use_rslora=True, gradient_checkpointing=False, wandb_project="p",
-                 wandb_run_name="r", wandb_entity="e")
+                 wandb_run_name="r", wandb_entity="e", enforce_eager=True, max_lora_rank=128)
 
 
 def test_gpu_memory_utilization_reaches_the_vllm_engine_args() -> None:
@@ -83,6 +84,7 @@ def test_full_translation() -> None:
     assert plan["backend"] == {"in_process": True, "path": "out/.art"}
     assert config["init_args"]["load_in_4bit"] is True and config["init_args"]["max_seq_length"] == 4096
     assert config["engine_args"]["max_model_len"] == 4096
+    assert config["engine_args"]["enforce_eager"] is True and config["engine_args"]["max_lora_rank"] == 128
     assert config["peft_args"]["target_modules"] == ["q_proj", "v_proj"]
     assert config["peft_args"]["use_gradient_checkpointing"] is False
     assert config["trainer_args"]["max_grad_norm"] == 0.5 and config["trainer_args"]["adam_beta2"] == 0.99
@@ -356,20 +358,17 @@ async def rollout_for_test(model: Any, task: dict[str, Any]) -> FakeTrajectory:
 
 
 def test_rollout_function_mode_by_import_string(tmp_path: Path) -> None:
-    """The runner side of rollout-function mode (the core parameter is pending, see README)."""
-    from thub_plugin_art.runner import load_rollout_function, train_loop
-    from thub_plugin_art.translate import translate
+    """Rollout-function mode chosen with the rollout_function parameter; the rows are the tasks, as they are."""
+    from thub_plugin_art.runner import load_rollout_function, load_tasks, train_loop
 
     data = tmp_path / "tasks.jsonl"
-    data.write_text('{"q": "a"}\n{"q": "b"}\n')
-    context, plan = _context(tmp_path / "run", data)
-    params = {**context.params, "rollout_function": f"{__name__}:rollout_for_test"}
-    plan = translate("lora_grpo", params)
+    # rows thub's data check accepts (GRPO rows); the extra keys reach the rollout function
+    data.write_text('{"question": "2+2", "answer": "4", "q": "a"}\n{"question": "3+3", "answer": "6", "q": "b"}\n')
+    context, plan = _context(tmp_path / "run", data, rollout_function=f"{__name__}:rollout_for_test")
     assert plan["mode"] == "rollout_function" and plan["loop"]["rewards"] == []
-    from thub_plugin_art.runner import load_tasks
-
-    tasks = load_tasks(params, plan)
-    assert tasks == [{"q": "a"}, {"q": "b"}]
+    assert plan["loop"]["rollout_function"] == f"{__name__}:rollout_for_test"
+    tasks = load_tasks(context.params, plan)
+    assert [t["q"] for t in tasks] == ["a", "b"] and tasks[0]["question"] == "2+2"
     rollout = load_rollout_function(plan["loop"]["rollout_function"])
     state: dict[str, Any] = {}
     asyncio.run(train_loop(context, plan, FakeArt, FakeModel(), FakeBackend(), tasks, rollout, state))
@@ -385,3 +384,54 @@ def test_task_sampling_is_seeded_per_iteration() -> None:
     assert sample_tasks(tasks, 3, 42, 1) == sample_tasks(tasks, 3, 42, 1)
     assert sample_tasks(tasks, 3, 42, 1) != sample_tasks(tasks, 3, 42, 2)
     assert len(sample_tasks(tasks, 50, 42, 0)) == 10
+
+
+def test_rollout_function_excludes_reward_and_system_prompt() -> None:
+    with pytest.raises(UsageError, match="reward not used with rollout_function"):
+        _plan(rollout_function="m:f", reward=["math"])
+    with pytest.raises(UsageError, match="system_prompt not used with rollout_function"):
+        _plan(rollout_function="m:f", system_prompt="be brief")
+    assert _plan(rollout_function="m:f")["mode"] == "rollout_function"
+
+
+def test_enforce_eager_reaches_the_engine_args_only_when_set() -> None:
+    assert _plan(enforce_eager=True)["internal_config"]["engine_args"]["enforce_eager"] is True
+    assert _plan(enforce_eager=False)["internal_config"]["engine_args"]["enforce_eager"] is False
+    assert "enforce_eager" not in _plan()["internal_config"]["engine_args"]
+
+
+def test_max_lora_rank_given_or_derived() -> None:
+    assert _plan(lora_r=8, max_lora_rank=64)["internal_config"]["engine_args"]["max_lora_rank"] == 64
+    assert _plan(lora_r=40)["internal_config"]["engine_args"]["max_lora_rank"] == 64
+    with pytest.raises(UsageError, match=r"max_lora_rank 100 is not a LoRA rank vLLM accepts .*nearest valid values: 64, 128"):
+        _plan(lora_r=40, max_lora_rank=100)
+    with pytest.raises(UsageError, match="max_lora_rank 16 is smaller than lora_r 32"):
+        _plan(lora_r=32, max_lora_rank=16)
+
+
+def test_num_iterations_and_max_steps_are_the_same_step_count() -> None:
+    assert _plan()["loop"]["num_iterations"] == 15 and _plan()["max_steps"] == 15  # neither set: ART's 15
+    for flags in ({"num_iterations": 4}, {"max_steps": 4}, {"num_iterations": 4, "max_steps": 4}):
+        plan = _plan(**flags)
+        assert plan["loop"]["num_iterations"] == plan["max_steps"] == 4, flags
+    with pytest.raises(UsageError, match="max_steps 2 and num_iterations 3 disagree"):
+        _plan(num_iterations=3, max_steps=2)
+    from thub_plugin_art.translate import iterations
+
+    with pytest.raises(UsageError, match="on art both mean iterations"):
+        iterations({"num_iterations": 3, "max_steps": 2})
+    # no backend default for num_iterations (it would contradict a max_steps the user sets)
+    resolved = resolve(load_registry(), "lora_grpo", backend="art", flags={**BASE, "max_steps": 5}, environ={})
+    assert resolved.values()["num_iterations"] is None and resolved.sources["num_iterations"] == "default"
+
+
+def test_max_steps_reaches_the_metrics(tmp_path: Path, arithmetic: Path) -> None:
+    from thub_plugin_art.runner import run_with
+
+    context, plan = _context(tmp_path / "run", arithmetic, num_iterations=None, max_steps=2)
+    run_with(context, plan, FakeArt, FakeBackend)
+    assert [(l["step"], l["max_steps"]) for l in read_metrics(context.run_dir.metrics)] == [(1, 2), (2, 2)]
+
+
+def test_lora_alpha_default_is_thubs() -> None:
+    assert _plan()["internal_config"]["peft_args"]["lora_alpha"] == 32  # ART's own default is 16

@@ -18,10 +18,11 @@ BACKEND = "art"
 
 _HONOURED = frozenset({
     # loop
-    "reward", "group_size", "prompt_batch_size", "num_iterations", "max_tokens", "temperature", "system_prompt",
-    "concurrency", "seed", "learning_rate",
+    "reward", "rollout_function", "group_size", "prompt_batch_size", "num_iterations", "max_steps", "max_tokens",
+    "temperature", "system_prompt", "concurrency", "seed", "learning_rate",
     # model / engine
-    "max_seq_len", "trust_remote_code", "gpu_memory_utilization", "gradient_checkpointing",
+    "max_seq_len", "trust_remote_code", "gpu_memory_utilization", "enforce_eager", "max_lora_rank",
+    "gradient_checkpointing",
     # optimiser (ART's TrainerArgs)
     "max_grad_norm", "weight_decay", "beta1", "beta2", "eps",
     # LoRA (ART trains LoRA adapters through Unsloth; no DoRA, no bnb_4bit_* knobs)
@@ -33,8 +34,13 @@ _HONOURED = frozenset({
 # ART 0.5.18's LocalBackend trains LoRA adapters only (Unsloth + PEFT): no full-parameter grpo.
 HONOURED: dict[str, frozenset[str]] = {"lora_grpo": _HONOURED}
 
+# Iterations (= GRPO steps) when neither num_iterations nor max_steps is set (Training Hub's ART
+# value). Not a DEFAULTS entry: a backend default for num_iterations would contradict a max_steps
+# the user sets, and the two mean the same.
+DEFAULT_ITERATIONS = 15
+
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "lora_grpo": {"num_iterations": 15, "learning_rate": 1e-5, "prompt_batch_size": 16, "concurrency": 32,
+    "lora_grpo": {"learning_rate": 1e-5, "prompt_batch_size": 16, "concurrency": 32,
                   # Training Hub's ART fallback; it must reach vLLM's engine args (seed notes)
                   "gpu_memory_utilization": 0.45,
                   "max_grad_norm": 0.1},
@@ -57,6 +63,29 @@ def vllm_lora_rank(r: int) -> int:
         if rank >= r:
             return rank
     raise UsageError(f"lora_r {r} is larger than vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
+
+
+def lora_rank_limit(lora_r: int, max_lora_rank: int | None) -> int | None:
+    """vLLM's ``max_lora_rank``: the user's (a rank vLLM accepts, at least ``lora_r``), else the
+    smallest one that holds ``lora_r`` when it exceeds vLLM's default 16, else unset."""
+    if max_lora_rank is None:
+        return vllm_lora_rank(lora_r) if lora_r > 16 else None
+    if max_lora_rank not in VLLM_LORA_RANKS or max_lora_rank < lora_r:
+        below = [r for r in VLLM_LORA_RANKS if lora_r <= r < max_lora_rank]
+        above = [r for r in VLLM_LORA_RANKS if r > max_lora_rank and r >= lora_r]
+        nearest = ", ".join(str(r) for r in below[-1:] + above[:1]) or "none"
+        raise UsageError(f"max_lora_rank {max_lora_rank} is not a LoRA rank vLLM accepts for lora_r {lora_r} "
+                         f"({', '.join(map(str, VLLM_LORA_RANKS))}); nearest valid values: {nearest}")
+    return max_lora_rank
+
+
+def iterations(params: dict[str, Any]) -> int:
+    """ART iterations = GRPO steps: ``num_iterations`` or ``max_steps`` (the same; they may not differ)."""
+    given = {name: params[name] for name in ("num_iterations", "max_steps") if params.get(name)}
+    if len(set(given.values())) > 1:
+        raise UsageError(f"max_steps {given['max_steps']} and num_iterations {given['num_iterations']} disagree; "
+                         "on art both mean iterations (GRPO steps): set one")
+    return int(next(iter(given.values()), DEFAULT_ITERATIONS))
 
 
 def single_gpu(environ: dict[str, str] | None = None) -> str:
@@ -90,8 +119,11 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "trust_remote_code": params.get("trust_remote_code", False),
         "seed": params["seed"],
     }
-    if params["lora_r"] > 16:
-        engine_args["max_lora_rank"] = vllm_lora_rank(params["lora_r"])
+    rank_limit = lora_rank_limit(params["lora_r"], params.get("max_lora_rank"))
+    if rank_limit is not None:
+        engine_args["max_lora_rank"] = rank_limit
+    if params.get("enforce_eager") is not None:
+        engine_args["enforce_eager"] = bool(params["enforce_eager"])  # unset: ART's/vLLM's default (CUDA graphs)
     if params.get("max_seq_len"):
         init_args["max_seq_length"] = params["max_seq_len"]
         engine_args["max_model_len"] = params["max_seq_len"]
@@ -118,7 +150,8 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         environment["WANDB_PROJECT"] = params["wandb_project"]
     if params.get("wandb_entity"):
         environment["WANDB_ENTITY"] = params["wandb_entity"]
-    rollout_function = params.get("rollout_function")  # see README: waits for the core parameter
+    rollout_function = params.get("rollout_function")
+    steps = iterations(params)
     return {
         "mode": "rollout_function" if rollout_function else "data+reward",
         "model": {
@@ -133,7 +166,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "backend": {"in_process": True, "path": f"{ckpt}/.art"},
         "train": {"learning_rate": params["learning_rate"], "save_checkpoint": True},
         "loop": {
-            "num_iterations": params["num_iterations"],
+            "num_iterations": steps,
             "prompt_batch_size": params["prompt_batch_size"],
             "group_size": params["group_size"],
             "concurrency": params["concurrency"],
@@ -145,4 +178,5 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             "rollout_function": rollout_function,
         },
         "environment": environment,
+        "max_steps": steps,
     }
