@@ -132,3 +132,12 @@ def test_dataset_flag_is_repeatable_and_not_split_on_commas(thub_cli) -> None:
     params = result.json()["parameters"]
     assert params["datasets"] == {"value": ["a.jsonl:prob=0.3,format=messages", "b.jsonl"], "source": "flag --dataset"}
     assert params["mix_probabilities"]["value"] == [0.3, 0.7]
+
+
+def test_python_api_rejects_unknown_parameter_with_suggestion(thub_registry) -> None:
+    from thub.api import dry_run
+
+    with pytest.raises(UsageError, match="api learning_rat: unknown parameter 'learning_rat' \\(did you mean 'learning_rate'\\?\\)"):
+        dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o", learning_rat=1e-5)
+    plan = dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o", learning_rate=1e-5)
+    assert plan["parameters"]["learning_rate"] == {"value": 1e-5, "source": "api learning_rate"}

@@ -171,7 +171,7 @@ def resolve(
         _layer_from_mapping(
             {k: v for k, v in (flags or {}).items() if v is not None},
             infos,
-            lambda k: f"{flag_label} {infos[k].option if flag_label == 'flag' else k}",
+            lambda k: f"{flag_label} {infos[k].option if flag_label == 'flag' and k in infos else k}",
             texts=False,
         ),
         parse_overrides(list(overrides or []), infos),
