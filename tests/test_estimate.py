@@ -14,7 +14,6 @@ from thub.insight.estimator import GIB, Setup, estimate, format_bytes, parse_siz
 from thub.testing import imported_heavy_modules
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "examples" / "tiny"
 LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False}
 
@@ -202,10 +201,10 @@ def _adamw_step(model, torch):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_full_static_bytes_match_real_tensors(precision: str) -> None:
+def test_full_static_bytes_match_real_tensors(precision: str, tiny_model: Path) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    config = transformers.AutoConfig.from_pretrained(TINY)
+    config = transformers.AutoConfig.from_pretrained(tiny_model)
     model = transformers.AutoModelForCausalLM.from_config(config)
     if precision == "bf16":
         model = model.to(torch.bfloat16)
@@ -217,11 +216,11 @@ def test_full_static_bytes_match_real_tensors(precision: str) -> None:
     assert parts["optimizer states"] == _tensor_bytes(state)
 
 
-def test_lora_static_bytes_match_real_tensors() -> None:
+def test_lora_static_bytes_match_real_tensors(tiny_model: Path) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
-    config = transformers.AutoConfig.from_pretrained(TINY)
+    config = transformers.AutoConfig.from_pretrained(tiny_model)
     model = peft.get_peft_model(transformers.AutoModelForCausalLM.from_config(config),
                                 peft.LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
     params, state = _adamw_step(model, torch)

@@ -66,8 +66,8 @@ def test_lora_adapter_count_matches_peft() -> None:
     assert lora_params(model_facts(CONFIGS["llama"].to_dict()), 8, ["q_proj", "v_proj"]) == trainable
 
 
-def test_example_tiny_model_config(tmp_path: Path) -> None:
-    root = Path(__file__).resolve().parents[1] / "examples" / "tiny"
+def test_example_tiny_model_config(tiny_model: Path) -> None:
+    root = tiny_model
     facts = load_facts(root)
     model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(root))
     assert facts.total_params == sum(p.numel() for p in model.parameters())

@@ -173,10 +173,7 @@ def test_history_list_show_diff(tmp_path: Path) -> None:
 # --- real runs of the trl backend -----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def real_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    pytest.importorskip("trl")
-    if not (ROOT / "examples" / "tiny" / "model.safetensors").exists():
-        pytest.skip("tiny example model not built (python examples/make_tiny_model.py)")
+def real_runs(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> list[Path]:
     base = tmp_path_factory.mktemp("runs")
     runs = []
     for name, lr in (("lr-5e-3", "5e-3"), ("lr-1e-3", "1e-3")):
@@ -184,7 +181,7 @@ def real_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
         done = subprocess.run(
             [sys.executable, "-m", "thub", "train", "sft", "--config", str(ROOT / "examples/configs/sft.yaml"),
              "--ckpt-output-dir", str(out), "--max-steps", "4", "--learning-rate", lr,
-             "--no-save-final-checkpoint", "--set", f"model_path={ROOT / 'examples/tiny'}",
+             "--no-save-final-checkpoint", "--set", f"model_path={tiny_model}",
              "--set", f"data_path={ROOT / 'examples/data/chat.jsonl'}"],
             capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert done.returncode == 0, done.stderr[-2000:]
