@@ -549,3 +549,76 @@ def test_backend_requirements_without_backend_warn(fake_registry: Registry) -> N
     result = run_core("core.backend-requirements")
     assert result.status == "warn" and "fakebe" in result.summary
     assert run_core("core.backend-requirements", backend="otherbe").status == "ok"
+
+
+class GpuPlugin:
+    """A GPU backend with an install hint, and a CPU backend sharing its algorithm."""
+
+    @hookimpl
+    def thub_register_backends(self, register):  # type: ignore[no-untyped-def]
+        register(BackendSpec("gpube", "gpu backend", {"grpo": frozenset()}, "nowhere:run", needs_cuda=True,
+                             requirements=("thub-surely-not-installed>=1", "packaging"),
+                             install="pip install 'thub-plugin-gpube[gpu]'  # CUDA torch first"))
+        register(BackendSpec("cpube", "cpu backend", {"grpo": frozenset()}, "nowhere:run", priority=3))
+        register(BackendSpec("cpusft", "cpu sft backend", {"sft": frozenset()}, "nowhere:run", priority=9))
+
+
+@pytest.fixture
+def gpu_registry() -> Iterator[Registry]:
+    set_registry(load_registry(extra_plugins=[("gpuplugin", GpuPlugin())], entry_points=False))
+    try:
+        yield get_registry()
+    finally:
+        set_registry(None)
+
+
+def test_selected_backend_messages(gpu_registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    import thub.selection
+
+    # both problems: the GPU first, the missing library named too; fix: a CPU backend and the install hint
+    monkeypatch.setattr(thub.selection, "cuda_visible", lambda: False)
+    both = run_core("core.backend-requirements", backend="gpube")
+    assert both.status == "fail"
+    assert both.summary == ("backend gpube needs an NVIDIA GPU; none found "
+                            "(and is missing thub-surely-not-installed>=1)")
+    assert both.details == ("thub-surely-not-installed is not installed (needs thub-surely-not-installed>=1)",)
+    assert both.fix == ("# run on a machine with an NVIDIA GPU, or use a backend that trains on CPU: `--backend cpube`"
+                        "\npip install 'thub-plugin-gpube[gpu]'  # CUDA torch first")
+    # libraries present: only the GPU
+    monkeypatch.setattr(thub.selection, "requirement_problem", lambda spec: None)
+    gpu = run_core("core.backend-requirements", backend="gpube")
+    assert (gpu.status, gpu.summary) == ("fail", "backend gpube needs an NVIDIA GPU; none found")
+    assert gpu.fix == "run on a machine with an NVIDIA GPU, or use a backend that trains on CPU: `--backend cpube`"
+    # a GPU: ok
+    monkeypatch.setattr(thub.selection, "cuda_visible", lambda: True)
+    assert run_core("core.backend-requirements", backend="gpube").status == "ok"
+    # preflight (what `thub train` runs) blocks on it and prints it
+    monkeypatch.setattr(thub.selection, "cuda_visible", lambda: False)
+    outcomes = preflight("gpube", None)
+    assert "backend gpube needs an NVIDIA GPU; none found" in format_problems(blocking(outcomes))
+
+
+def test_selected_backend_missing_library(gpu_registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    import thub.selection
+
+    monkeypatch.setattr(thub.selection, "cuda_visible", lambda: True)
+    result = run_core("core.backend-requirements", backend="gpube")
+    assert (result.status, result.summary) == ("fail", "backend gpube is missing thub-surely-not-installed>=1")
+    assert result.fix == "pip install 'thub-plugin-gpube[gpu]'  # CUDA torch first"
+
+
+def test_selected_backend_without_install_hint(fake_registry: Registry) -> None:
+    result = run_core("core.backend-requirements", backend="fakebe")
+    assert (result.status, result.summary) == ("fail", "backend fakebe is missing thub-surely-not-installed>=1")
+    assert "install" in (result.fix or "") and "thub-surely-not-installed>=1" in (result.fix or "")
+
+
+def test_doctor_backend_prints_the_gpu_message(gpu_registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    import thub.selection
+
+    monkeypatch.setattr(thub.selection, "cuda_visible", lambda: False)
+    monkeypatch.setattr(thub.selection, "requirement_problem", lambda spec: None)
+    result = CliRunner().invoke(cli, ["doctor", "--backend", "gpube", "core.backend-requirements", "--json"])
+    assert result.exit_code == 1, result.output
+    (check,) = json.loads(result.stdout)["checks"]
+    assert check["summary"] == "backend gpube needs an NVIDIA GPU; none found" and "--backend cpube" in check["fix"]

@@ -81,6 +81,10 @@ class BackendSpec(_Registered):
         launcher: ``"python"`` (one child process) or ``"torchrun"`` (the runner is started by
             torchrun when ``nproc_per_node``/``nnodes`` ask for more than one process).
         python: interpreter for the child process; ``None`` means the one running thub.
+        docs: the backend's documentation (its README).
+        install: a copy-pasteable command (shell comments allowed) that installs the backend's
+            requirements; the fix ``core.backend-requirements`` prints when one is missing for the
+            selected backend. ``None``: a pip command for the missing requirements.
     """
 
     name: str
@@ -94,6 +98,7 @@ class BackendSpec(_Registered):
     launcher: Literal["python", "torchrun"] = "python"
     python: str | None = None
     docs: str | None = None
+    install: str | None = None
     provenance: Provenance = Provenance()
 
     def honours(self, algorithm: str) -> frozenset[str]:

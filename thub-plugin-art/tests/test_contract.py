@@ -21,6 +21,7 @@ from thub.runner.context import RunContext
 from thub.runner.metrics import read_metrics
 from thub.runner.rundir import RunDirectory
 from thub.testing import BackendContract
+from thub_plugin_art import INSTALL
 
 ROOT = Path(__file__).parents[2]
 BASE = {"model_path": "Qwen/Qwen2.5-0.5B-Instruct", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
@@ -127,12 +128,34 @@ def test_doctor_checks_and_gpu_preflight() -> None:
 
     registry = load_registry()
     ids = {c for c in registry.checks if c.startswith("art.")}
-    assert ids == {"art.requirements", "art.cuda", "art.single-gpu", "art.vllm-runtime", "art.module-collision"}
-    cuda = registry.checks["art.cuda"].run(CheckContext(backend="art"))
-    assert cuda.status == ("ok" if cuda_visible() else "fail")
+    assert ids == {"art.single-gpu", "art.vllm-runtime", "art.module-collision"}
+    # libraries and the GPU: the core check, as `thub train --backend art` runs it
+    core = registry.checks["core.backend-requirements"].run(CheckContext(backend="art"))
+    assert core.status in ("ok", "fail")
     if not cuda_visible():
-        assert "needs an NVIDIA GPU" in cuda.summary and "--backend trl" in cuda.fix
-    assert registry.checks["art.requirements"].run(CheckContext()).status in ("ok", "fail")
+        assert core.status == "fail"
+        assert core.summary.startswith("backend art needs an NVIDIA GPU; none found") and "--backend trl" in core.fix
+    elif core.status == "fail":
+        assert core.summary.startswith("backend art is missing ") and INSTALL in core.fix
+
+
+def test_gpu_and_library_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    import thub.selection
+    from thub.specs import CheckContext
+
+    registry = load_registry()
+    check = registry.checks["core.backend-requirements"]
+    monkeypatch.setattr(thub.selection, "cuda_visible", lambda: False)
+    monkeypatch.setattr(thub.selection, "requirement_problem", lambda spec: None)
+    cuda = check.run(CheckContext(backend="art"))
+    assert (cuda.status, cuda.summary) == ("fail", "backend art needs an NVIDIA GPU; none found")
+    assert "--backend trl" in cuda.fix and "--backend verl" not in cuda.fix  # verl needs a GPU too
+    monkeypatch.setattr(thub.selection, "cuda_visible", lambda: True)
+    monkeypatch.setattr(thub.selection, "requirement_problem",
+                        lambda spec: "openpipe-art is not installed" if spec.startswith("openpipe-art") else None)
+    libs = check.run(CheckContext(backend="art"))
+    assert (libs.status, libs.summary) == ("fail", "backend art is missing openpipe-art>=0.5.18,<0.6")
+    assert libs.fix == INSTALL and libs.details == ("openpipe-art is not installed",)
 
 
 # --- against ART's own types -------------------------------------------------------------------

@@ -172,13 +172,23 @@ def test_doctor_checks_say_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> N
     import thub_plugin_instructlab as plugin
     from thub.specs import CheckContext
 
+    # libraries and the GPU: the core check, as `thub train --backend instructlab-training` runs it
+    core = load_registry().checks["core.backend-requirements"]
+    context = CheckContext(backend="instructlab-training")
+    monkeypatch.setattr("thub.selection.cuda_visible", lambda: True)
     monkeypatch.setattr("thub.selection.requirement_problem",
                         lambda spec: "instructlab-training is not installed" if spec.startswith("instructlab") else None)
-    result = plugin._library_check(CheckContext())
+    result = core.run(context)
     assert result.status == "fail" and "pip install 'instructlab-training==0.16.2'" in result.fix
+    assert result.summary == "backend instructlab-training is missing instructlab-training>=0.16.2,<0.17"
+    assert result.details == ("instructlab-training is not installed",)
+    monkeypatch.setattr("thub.selection.requirement_problem", lambda spec: None)
     monkeypatch.setattr("thub.selection.cuda_visible", lambda: False)
-    cuda = plugin._cuda_check(CheckContext())
+    cuda = core.run(context)
     assert cuda.status == "fail" and cuda.summary == "backend instructlab-training needs an NVIDIA GPU; none found"
+    assert "--backend trl" in cuda.fix
+    assert {c for c in load_registry().checks if c.startswith("instructlab.")} == {
+        "instructlab.flash-attn", "instructlab.short-samples"}
     monkeypatch.setattr(plugin, "flash_attn_installed", lambda: False)
     assert "disable_flash_attn=True" in plugin._flash_attn_check(CheckContext()).summary
     assert "20 tokens" in plugin._short_samples_check(CheckContext()).summary

@@ -218,10 +218,10 @@ def test_registers_and_translates_without_mini_trainer(tmp_path: Path) -> None:
         flags = {"model_path": "m", "data_path": "d", "ckpt_output_dir": "o", "unfreeze_rank_ratio": 0.3}
         plan = registry.translate("osft", "mini-trainer", resolve(registry, "osft", backend="mini-trainer",
                                   flags=flags, environ={}).values())
-        check = registry.checks["minitrainer.requirements"].run(CheckContext(backend="mini-trainer"))
+        check = registry.checks["core.backend-requirements"].run(CheckContext(backend="mini-trainer"))
         from thub.selection import backend_status
         print(json.dumps({"algorithms": sorted(spec.algorithms), "script": plan["command"][6],
-                          "check": [check.status, list(check.details), check.fix],
+                          "check": [check.status, list(check.details), check.fix, check.summary],
                           "status": backend_status(spec), "loaded": "mini_trainer" in sys.modules}))
     """)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
@@ -231,19 +231,21 @@ def test_registers_and_translates_without_mini_trainer(tmp_path: Path) -> None:
     assert out["script"] == "<site-packages>/mini_trainer/train.py"
     assert out["check"][0] == "fail"
     assert "rhai-innovation-mini-trainer is not installed" in out["check"][1][0]
+    assert "backend mini-trainer" in out["check"][3] and "rhai-innovation-mini-trainer>=0.9,<0.10" in out["check"][3]
     assert "thub-plugin-minitrainer[mini-trainer]" in out["check"][2]
     assert out["status"][0] is False and "rhai-innovation-mini-trainer" in out["status"][1]
     assert out["loaded"] is False
 
 
-def test_gpu_check_message() -> None:
-    from thub_plugin_minitrainer import _attention_check, _gpu_check
-    from thub.selection import cuda_visible
+def test_gpu_check_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from thub_plugin_minitrainer import _attention_check
     from thub.specs import CheckContext
 
-    result = _gpu_check(CheckContext())
-    if not cuda_visible():
-        assert (result.status, result.summary) == ("fail", "backend mini-trainer needs an NVIDIA GPU; none found")
+    monkeypatch.setattr("thub.selection.cuda_visible", lambda: False)
+    monkeypatch.setattr("thub.selection.requirement_problem", lambda spec: None)
+    result = load_registry().checks["core.backend-requirements"].run(CheckContext(backend="mini-trainer"))
+    assert (result.status, result.summary) == ("fail", "backend mini-trainer needs an NVIDIA GPU; none found")
+    assert "--backend trl" in result.fix
     assert _attention_check(CheckContext(env={"TESTING": "true"})).status in ("ok", "warn")
 
 

@@ -132,12 +132,23 @@ def test_conflicts_read_from_requires_dist() -> None:
 def test_doctor_checks_registered() -> None:
     registry = load_registry()
     ids = {c for c in registry.checks if c.startswith("unsloth.")}
-    assert ids == {"unsloth.requirements", "unsloth.conflicts", "unsloth.device"}
+    assert ids == {"unsloth.conflicts", "unsloth.device"}
     from thub.specs import CheckContext
 
-    for check_id in ids:
+    for check_id in ids | {"core.backend-requirements"}:
         result = registry.checks[check_id].run(CheckContext(backend="unsloth"))
         assert result.status in ("ok", "warn", "fail") and (result.status == "ok" or result.fix)
+
+
+def test_missing_library_fix_is_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    from thub.specs import CheckContext
+
+    monkeypatch.setattr("thub.selection.requirement_problem",
+                        lambda spec: "unsloth is not installed" if spec.startswith("unsloth>=") else None)
+    result = load_registry().checks["core.backend-requirements"].run(CheckContext(backend="unsloth"))
+    assert (result.status, result.summary) == ("fail", "backend unsloth is missing unsloth>=2026.1.1")
+    assert "'thub-plugin-unsloth[unsloth]'" in result.fix and "give it its own environment" in result.fix
+    assert result.details == ("unsloth is not installed",)
 
 
 def test_collator_pads_labels_with_ignore_index() -> None:

@@ -154,6 +154,27 @@ def test_doctor_checks_from_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
     assert plugin.torch_pairing_problems() == []
 
 
+def test_gpu_and_library_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Libraries and the GPU: the core check, as `thub train --backend verl` runs it."""
+    from thub.specs import CheckContext
+
+    registry = load_registry()
+    assert {c for c in registry.checks if c.startswith("verl.")} == {
+        "verl.vllm-torch", "verl.ray-tmpdir", "verl.gpu-processes"}
+    core = registry.checks["core.backend-requirements"]
+    monkeypatch.setattr("thub.selection.cuda_visible", lambda: False)
+    monkeypatch.setattr("thub.selection.requirement_problem", lambda spec: None)
+    cuda = core.run(CheckContext(backend="verl"))
+    assert (cuda.status, cuda.summary) == ("fail", "backend verl needs an NVIDIA GPU; none found")
+    assert "--backend trl" in cuda.fix
+    monkeypatch.setattr("thub.selection.requirement_problem",
+                        lambda spec: f"{spec.split('>')[0]} is not installed" if spec.startswith(("verl", "vllm")) else None)
+    both = core.run(CheckContext(backend="verl"))
+    assert both.summary == "backend verl needs an NVIDIA GPU; none found (and is missing verl>=0.9.1,<0.10, vllm)"
+    assert "--backend trl" in both.fix and "pip install 'verl[vllm]==0.9.1'" in both.fix
+    assert both.details == ("verl is not installed", "vllm is not installed")
+
+
 def test_scale_parameters_map_to_verl() -> None:
     o = overrides(plan("lora_grpo", nproc_per_node=4, prompt_batch_size=16, group_size=4, micro_batch_size=2,
                        ppo_mini_batch_size=8, load_format="safetensors", layered_summon=True, language_model_only=True,

@@ -16,10 +16,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from thub.config.fields import param_infos
+from thub.doctor.runner import PREFLIGHT_TAG, SLOW_TAG
 from thub.manager import Registry, load_registry
 
 HEAVY_MODULES = ("torch", "transformers", "trl", "peft", "datasets", "vllm", "unsloth", "verl", "art",
                  "mini_trainer", "instructlab", "deepspeed", "flash_attn")
+
+#: The doctor's tags (docs/doctor.md): preflight, gpu, security, slow.
+KNOWN_CHECK_TAGS = frozenset({PREFLIGHT_TAG, "gpu", "security", SLOW_TAG})
 
 
 def imported_heavy_modules(code: str) -> list[str]:
@@ -38,6 +42,8 @@ class BackendContract:
     plugin_module: ClassVar[str]
     readme: ClassVar[Path]
     samples: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: tags of the plugin's own, beyond :data:`KNOWN_CHECK_TAGS`
+    check_tags: ClassVar[frozenset[str]] = frozenset()
 
     def registry(self) -> Registry:
         return load_registry()
@@ -78,10 +84,53 @@ class BackendContract:
             json.dumps(native)  # must be serialisable for --dry-run --json and thub_run.json
 
     def test_checks_registered(self) -> None:
+        """Every check the plugin registers is well-formed (registering none is fine: the core's
+        ``core.backend-requirements`` already checks ``requirements`` and ``needs_cuda``)."""
+        from thub.specs import CheckContext, CheckResult
+
         registry = self.registry()
         spec = registry.backends[self.backend]
-        mine = [c for c in registry.checks.values() if c.provenance.plugin == spec.provenance.plugin]
-        assert mine, f"{self.plugin_module} registers no doctor checks"
+        plugin = spec.provenance.plugin
+        known = KNOWN_CHECK_TAGS | self.check_tags
+        context = CheckContext(backend=self.backend)
+        for check in (c for c in registry.checks.values() if c.provenance.plugin == plugin):
+            assert check.id.startswith(f"{plugin}."), f"{check.id}: a check id starts with the plugin name {plugin!r}"
+            assert check.title, f"{check.id}: no title"
+            unknown = sorted(check.tags - known)
+            assert not unknown, f"{check.id}: unknown tags {unknown} (known: {sorted(known)}; set check_tags)"
+            unknown_backends = sorted(check.backends - set(registry.backends))
+            assert not unknown_backends, f"{check.id}: declared for backends that do not exist: {unknown_backends}"
+            if check.applies is not None and not check.applies(context):
+                continue  # reported as skip here; run() is not called
+            result = check.run(context)
+            assert isinstance(result, CheckResult), f"{check.id}: run() returned {result!r}"
+            assert result.status in ("ok", "warn", "fail", "skip"), f"{check.id}: status {result.status!r}"
+            assert result.summary, f"{check.id}: empty summary"
+            assert result.status not in ("warn", "fail") or result.fix, f"{check.id}: {result.status} without a fix"
+
+    def test_backend_requirements_messages(self, monkeypatch: Any) -> None:
+        """What ``thub train --backend X`` stops with when a library or the GPU is missing: the core
+        check ``core.backend-requirements``, from ``requirements``, ``install`` and ``needs_cuda``."""
+        import thub.selection
+        from thub.specs import CheckContext
+
+        registry = self.registry()
+        spec = registry.backends[self.backend]
+        if spec.python or not spec.requirements:
+            return
+        first = spec.requirements[0]
+        monkeypatch.setattr(thub.selection, "cuda_visible", lambda: False)
+        monkeypatch.setattr(thub.selection, "requirement_problem",
+                            lambda s: f"{s} is not installed" if s == first else None)
+        result = registry.checks["core.backend-requirements"].run(CheckContext(backend=self.backend))
+        assert result.status == "fail" and f"{first} is not installed" in result.details
+        if spec.install:
+            assert spec.install in (result.fix or "")
+        if spec.needs_cuda:
+            assert result.summary == f"backend {spec.name} needs an NVIDIA GPU; none found (and is missing {first})"
+            assert "run on a machine with an NVIDIA GPU" in (result.fix or "") and "--backend " in (result.fix or "")
+        else:
+            assert result.summary == f"backend {spec.name} is missing {first}"
 
     def test_docs_table_present(self) -> None:
         text = self.readme.read_text()

@@ -10,12 +10,16 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from thub.specs import CheckContext, CheckResult
+from thub.specs import BackendSpec, CheckContext, CheckResult
 from thub_builtins.checks._util import fail, ok, quote, skip, warn
+
+if TYPE_CHECKING:
+    from thub.manager import Registry
 
 MIN_PYTHON = (3, 11)
 
@@ -81,9 +85,8 @@ def check_backend_requirements(context: CheckContext) -> CheckResult:
         if context.backend not in registry.backends:
             return fail(f"backend {context.backend!r} is not installed",
                         "thub backends   # lists installed backends", anchor="corebackend-requirements")
-        backends = [registry.backends[context.backend]]
-    else:
-        backends = sorted(registry.backends.values(), key=lambda b: b.name)
+        return _selected_backend_requirements(registry.backends[context.backend], registry)
+    backends = sorted(registry.backends.values(), key=lambda b: b.name)
     if not backends:
         return skip("no backend installed", ["install one, e.g. `thub install trl`"])
     problems: dict[str, list[str]] = {}
@@ -105,12 +108,54 @@ def check_backend_requirements(context: CheckContext) -> CheckResult:
         names = ", ".join(b.name for b in backends)
         return ok(f"requirements of {names} satisfied", details)
     fix = pip_install(*dict.fromkeys(missing_specs)) if missing_specs else "run on a machine with an NVIDIA GPU"
-    summary = f"unsatisfied requirements: {', '.join(problems)}"
-    # With --backend (and before `thub train`) the chosen backend cannot run: a failure. Without,
-    # an installed-but-unusable backend is fine as long as nobody picks it.
-    if context.backend is not None:
-        return fail(summary, fix, details, anchor="corebackend-requirements")
-    return warn(summary, fix, details, anchor="corebackend-requirements")
+    # Without --backend an installed-but-unusable backend is fine as long as nobody picks it.
+    return warn(f"unsatisfied requirements: {', '.join(problems)}", fix, details, anchor="corebackend-requirements")
+
+
+def _selected_backend_requirements(backend: BackendSpec, registry: Registry) -> CheckResult:
+    """The backend a run would use (``--backend``, ``thub train``): any problem fails.
+
+    The messages are the ones users see before a launch is refused: "backend X needs an NVIDIA
+    GPU; none found" (fix: a GPU machine or a backend that trains on CPU) and "backend X is
+    missing ..." (fix: the backend's ``install`` hint, else a pip command). Both when both apply.
+    """
+    from thub.selection import cuda_visible
+
+    if backend.python:
+        # Its requirements live in its own managed environment, not in this interpreter.
+        return ok(f"requirements of {backend.name} satisfied",
+                  [f"{backend.name}: runs in {backend.python} (checked there)"])
+    missing = [(spec, problem) for spec, problem in zip(backend.requirements, _problems(backend.requirements))
+               if problem]
+    no_gpu = backend.needs_cuda and not cuda_visible()
+    if not missing and not no_gpu:
+        return ok(f"requirements of {backend.name} satisfied")
+    install = backend.install or pip_install(*(spec for spec, _ in missing))
+    details = [problem for _, problem in missing]
+    if not no_gpu:
+        summary = f"backend {backend.name} is missing {', '.join(spec for spec, _ in missing)}"
+        return fail(summary, install, details, anchor="corebackend-requirements")
+    summary = f"backend {backend.name} needs an NVIDIA GPU; none found"
+    gpu_fix = _gpu_fix(backend, registry)
+    if missing:
+        summary += f" (and is missing {', '.join(spec for spec, _ in missing)})"
+        fix = f"# {gpu_fix}\n{install}"
+    else:
+        fix = gpu_fix
+    return fail(summary, fix, details, anchor="corebackend-requirements")
+
+
+def _gpu_fix(backend: BackendSpec, registry: Registry) -> str:
+    """Run on a GPU, or name the installed backends that train on CPU: those that run one of
+    ``backend``'s algorithms when there are any, else all of them (highest priority first)."""
+    on_cpu = sorted((b for b in registry.backends.values() if not b.needs_cuda),
+                    key=lambda b: (-b.priority, b.name))
+    sharing = [b for b in on_cpu if set(b.algorithms) & set(backend.algorithms)]
+    choices = sharing or on_cpu
+    if not choices:
+        return "run on a machine with an NVIDIA GPU, or install a backend that trains on CPU: `thub install trl`"
+    names = " or ".join(f"`--backend {b.name}`" for b in choices)
+    return f"run on a machine with an NVIDIA GPU, or use a backend that trains on CPU: {names}"
 
 
 def _problems(specs: tuple[str, ...]) -> list[str | None]:

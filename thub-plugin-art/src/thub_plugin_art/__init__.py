@@ -28,6 +28,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         algorithms=HONOURED,
         runner="thub_plugin_art.runner:run",
         requirements=REQUIREMENTS,
+        install=INSTALL,
         needs_cuda=True,
         priority=5,
         defaults=DEFAULTS,
@@ -41,27 +42,6 @@ def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) 
     if backend != BACKEND:
         return None
     return translate(algorithm, params)
-
-
-def _library_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import requirement_problem
-
-    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
-    if problems:
-        return CheckResult("fail", "ART backend requirements not met", tuple(problems), fix=INSTALL, docs=DOCS)
-    return CheckResult("ok", "openpipe-art, torch, unsloth and peft installed in supported versions")
-
-
-def _cuda_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import cuda_visible
-
-    if cuda_visible():
-        return CheckResult("ok", "an NVIDIA GPU is visible")
-    return CheckResult(
-        "fail", f"backend {BACKEND} needs an NVIDIA GPU; none found",
-        ("ART's LocalBackend trains with Unsloth on CUDA and samples with a vLLM server on the same GPU",),
-        fix="run on a machine with one NVIDIA GPU, or use `--backend trl`, which runs lora_grpo on CPU", docs=DOCS,
-    )
 
 
 def visible_gpu_count(environ: dict[str, str] | None = None) -> int | None:
@@ -130,8 +110,6 @@ def _gpu_visible(_context: CheckContext) -> bool:
 def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
     only = frozenset({BACKEND})
     preflight = frozenset({"preflight"})
-    register(CheckSpec("art.requirements", "ART backend libraries", _library_check, tags=preflight, backends=only))
-    register(CheckSpec("art.cuda", "ART needs an NVIDIA GPU", _cuda_check, tags=preflight, backends=only))
     register(CheckSpec("art.single-gpu", "ART trains on one GPU", _single_gpu_check, tags=preflight, backends=only,
                        applies=_gpu_visible))
     register(CheckSpec("art.vllm-runtime", "ART's vLLM runtime", _vllm_runtime_check, backends=only,

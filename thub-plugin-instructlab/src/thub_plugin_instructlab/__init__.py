@@ -12,7 +12,8 @@ from thub_plugin_instructlab.translate import BACKEND, DEFAULTS, HONOURED, MIN_S
 
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("instructlab-training>=0.16.2,<0.17", "torch>=2.6", "transformers>=4.57.1", "datasets>=2.15")
-INSTALL = "pip install 'thub-plugin-instructlab'  # brings instructlab-training==0.16.*; install CUDA torch first"
+INSTALL = (f"{sys.executable} -m pip install 'instructlab-training==0.16.2'\n"
+           "# or: pip install 'thub-plugin-instructlab'  # brings instructlab-training==0.16.*; install CUDA torch first")
 DOCS = "thub-plugin-instructlab/README.md"
 
 
@@ -24,6 +25,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         algorithms=HONOURED,
         runner="thub_plugin_instructlab.runner:run",
         requirements=REQUIREMENTS,
+        install=INSTALL,
         needs_cuda=True,
         priority=5,
         defaults=DEFAULTS,
@@ -38,29 +40,6 @@ def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) 
     if backend != BACKEND:
         return None
     return translate(algorithm, params)
-
-
-def _library_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import requirement_problem
-
-    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
-    if problems:
-        return CheckResult("fail", "instructlab-training backend requirements not met", tuple(problems),
-                           fix=f"{sys.executable} -m pip install 'instructlab-training==0.16.2'\n# or: {INSTALL}",
-                           docs=DOCS)
-    return CheckResult("ok", "instructlab-training, torch, transformers and datasets installed in supported versions")
-
-
-def _cuda_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import cuda_visible
-
-    if cuda_visible():
-        return CheckResult("ok", "an NVIDIA GPU is visible")
-    return CheckResult(
-        "fail", f"backend {BACKEND} needs an NVIDIA GPU; none found",
-        ("its training step calls torch.cuda.set_device and NCCL (only its data processing runs on CPU)",),
-        fix="run on a machine with an NVIDIA GPU, or use `--backend trl`, which trains on CPU", docs=DOCS,
-    )
 
 
 def _flash_attn_check(_context: CheckContext) -> CheckResult:
@@ -93,10 +72,6 @@ def _short_samples_check(_context: CheckContext) -> CheckResult:
 @hookimpl
 def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
     only = frozenset({BACKEND})
-    register(CheckSpec("instructlab.requirements", "instructlab-training backend libraries", _library_check,
-                       tags=frozenset({"preflight"}), backends=only))
-    register(CheckSpec("instructlab.cuda", "instructlab-training needs an NVIDIA GPU", _cuda_check,
-                       tags=frozenset({"preflight"}), backends=only))
     register(CheckSpec("instructlab.flash-attn", "flash-attn for instructlab-training", _flash_attn_check,
                        tags=frozenset({"preflight"}), backends=only, applies=_gpu_visible))
     register(CheckSpec("instructlab.short-samples", "samples instructlab-training drops", _short_samples_check,

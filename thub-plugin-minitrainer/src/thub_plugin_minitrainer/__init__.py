@@ -33,6 +33,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         algorithms=HONOURED,
         runner="thub_plugin_minitrainer.runner:run",
         requirements=REQUIREMENTS,
+        install=INSTALL,
         needs_cuda=True,
         priority=8,  # below trl (10): sft on a GPU keeps its default; osft has only this backend
         defaults=DEFAULTS,
@@ -46,27 +47,6 @@ def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) 
     if backend != BACKEND:
         return None
     return translate(algorithm, params)
-
-
-def _requirements_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import requirement_problem
-
-    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
-    if problems:
-        return CheckResult("fail", "mini-trainer backend requirements not met", tuple(problems), fix=INSTALL)
-    return CheckResult("ok", "rhai-innovation-mini-trainer, datasets>=5, transformers and torch installed")
-
-
-def _gpu_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import cuda_visible
-
-    if cuda_visible():
-        return CheckResult("ok", "an NVIDIA driver is present")
-    return CheckResult(
-        "fail", f"backend {BACKEND} needs an NVIDIA GPU; none found",
-        ("mini-trainer's workers call init_process_group('nccl', device_id=cuda:LOCAL_RANK) and "
-         "torch.cuda.set_device; there is no CPU path",),
-        fix="run on a machine with an NVIDIA GPU, or use `--backend trl` (trains on CPU)")
 
 
 def _attention_check(context: CheckContext) -> CheckResult:
@@ -98,10 +78,6 @@ def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
     only = frozenset({BACKEND})
     pre, gpu = frozenset({"preflight"}), frozenset({"preflight", "gpu"})
     docs = f"{README}#doctor-checks"
-    register(CheckSpec("minitrainer.requirements", "mini-trainer backend libraries", _requirements_check,
-                       tags=pre, backends=only, docs=docs))
-    register(CheckSpec("minitrainer.gpu", "NVIDIA GPU for mini-trainer", _gpu_check, tags=gpu, backends=only,
-                       docs=docs))
     register(CheckSpec("minitrainer.attention", "flash-attn or TESTING=true", _attention_check, tags=gpu,
                        backends=only, docs=docs))
     register(CheckSpec("minitrainer.torchrun", "torchrun launcher", _torchrun_check, tags=pre, backends=only,

@@ -6,11 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 from thub import hookimpl
-from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec
+from thub.specs import BackendSpec
 from thub_plugin_trl.translate import DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("trl>=1.16,<2", "peft>=0.17", "transformers>=4.56", "datasets>=3", "torch>=2.4")
+INSTALL = "pip install 'thub-plugin-trl' torch==2.13.0  # or: thub install trl"
 
 
 @hookimpl
@@ -21,6 +22,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         algorithms=HONOURED,
         runner="thub_plugin_trl.runner:run",
         requirements=REQUIREMENTS,
+        install=INSTALL,
         needs_cuda=False,
         priority=10,
         defaults=DEFAULTS,
@@ -35,18 +37,3 @@ def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) 
         return None
     return translate(algorithm, params)
 
-
-def _library_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import requirement_problem
-
-    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
-    if problems:
-        return CheckResult("fail", "TRL backend requirements not met", tuple(problems),
-                           fix="pip install 'thub-plugin-trl' torch==2.13.0  # or: thub install trl")
-    return CheckResult("ok", "trl, peft, transformers, datasets and torch installed in supported versions")
-
-
-@hookimpl
-def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
-    register(CheckSpec("trl.requirements", "TRL backend libraries", _library_check,
-                       tags=frozenset({"preflight"}), backends=frozenset({"trl"})))

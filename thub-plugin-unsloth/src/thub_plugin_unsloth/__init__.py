@@ -37,6 +37,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         algorithms=HONOURED,
         runner="thub_plugin_unsloth.runner:run",
         requirements=REQUIREMENTS,
+        install=f"{INSTALL}\n# unsloth needs trl<=1.15 and datasets<5: give it its own environment",
         # unsloth_zoo falls back to stock transformers + PEFT on a machine without an accelerator
         needs_cuda=False,
         priority=20,
@@ -51,17 +52,6 @@ def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) 
     if backend != BACKEND:
         return None
     return translate(algorithm, params)
-
-
-def _library_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import requirement_problem
-
-    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
-    if problems:
-        return CheckResult("fail", "unsloth backend requirements not met", tuple(problems),
-                           fix=f"{INSTALL}\n# unsloth needs trl<=1.15 and datasets<5: give it its own environment",
-                           docs=DOCS)
-    return CheckResult("ok", "unsloth, trl, transformers, datasets, peft and torch installed in supported versions")
 
 
 def unsloth_conflicts(requires: list[str] | None = None) -> list[str]:
@@ -133,8 +123,6 @@ def _device_check(_context: CheckContext) -> CheckResult:
 @hookimpl
 def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
     only = frozenset({BACKEND})
-    register(CheckSpec("unsloth.requirements", "unsloth backend libraries", _library_check,
-                       tags=frozenset({"preflight"}), backends=only))
     register(CheckSpec("unsloth.conflicts", "unsloth's pinned ranges against this environment", _conflict_check,
                        backends=only))
     register(CheckSpec("unsloth.device", "unsloth on GPU or CPU", _device_check, backends=only))

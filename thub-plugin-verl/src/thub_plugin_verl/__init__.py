@@ -14,7 +14,8 @@ from thub_plugin_verl.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("verl>=0.9.1,<0.10", "vllm", "ray>=2.41", "torch>=2.6", "transformers>=5.5.3,!=5.6.0,<5.11")
-INSTALL = "pip install 'thub-plugin-verl[gpu]'  # verl[vllm]: torch 2.11.0 + vllm 0.24.0 (CUDA)"
+INSTALL = (f"{sys.executable} -m pip install 'verl[vllm]==0.9.1'\n"
+           "# or: pip install 'thub-plugin-verl[gpu]'  # verl[vllm]: torch 2.11.0 + vllm 0.24.0 (CUDA)")
 DOCS = "thub-plugin-verl/README.md"
 # AF_UNIX socket paths are limited to 107 bytes; Ray puts them under
 # {RAY_TMPDIR}/ray/session_YYYY-MM-DD_HH-MM-SS_ffffff_PID/sockets/plasma_store (about 75 more)
@@ -30,6 +31,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         algorithms=HONOURED,
         runner="thub_plugin_verl.runner:run",
         requirements=REQUIREMENTS,
+        install=INSTALL,
         needs_cuda=True,
         priority=5,
         defaults=DEFAULTS,
@@ -44,16 +46,6 @@ def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) 
     if backend != BACKEND:
         return None
     return translate(algorithm, params)
-
-
-def _library_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import requirement_problem
-
-    problems = [p for r in REQUIREMENTS if (p := requirement_problem(r))]
-    if problems:
-        return CheckResult("fail", "verl backend requirements not met", tuple(problems),
-                           fix=f"{sys.executable} -m pip install 'verl[vllm]==0.9.1'\n# or: {INSTALL}", docs=DOCS)
-    return CheckResult("ok", "verl, vllm, ray, torch and transformers installed in supported versions")
 
 
 def _pin(distribution: str, dependency: str) -> str | None:
@@ -114,17 +106,6 @@ def _ray_tmpdir_check(context: CheckContext) -> CheckResult:
     return CheckResult("ok", "Ray's socket paths fit the AF_UNIX limit")
 
 
-def _cuda_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import cuda_visible
-
-    if cuda_visible():
-        return CheckResult("ok", "an NVIDIA GPU is visible")
-    return CheckResult("fail", "backend verl needs NVIDIA GPUs; none found",
-                       ("verl's rollouts run in vLLM (CUDA) and its actor under FSDP with NCCL",),
-                       fix="run on a machine with an NVIDIA GPU, or use `--backend trl`, which runs grpo on CPU",
-                       docs=DOCS)
-
-
 def _stale_gpu_processes_check(_context: CheckContext) -> CheckResult:
     import shutil
     import subprocess
@@ -152,8 +133,6 @@ def _gpu_visible(_context: CheckContext) -> bool:
 def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
     only = frozenset({BACKEND})
     preflight = frozenset({"preflight"})
-    register(CheckSpec("verl.requirements", "verl backend libraries", _library_check, tags=preflight, backends=only))
-    register(CheckSpec("verl.cuda", "verl needs NVIDIA GPUs", _cuda_check, tags=preflight, backends=only))
     register(CheckSpec("verl.vllm-torch", "vllm and torch versions pair up", _pairing_check, tags=preflight,
                        backends=only))
     register(CheckSpec("verl.ray-tmpdir", "Ray socket path length", _ray_tmpdir_check, tags=preflight, backends=only))
