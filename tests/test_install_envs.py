@@ -1,9 +1,10 @@
-"""thub install with real installs from the package index (CPU): managed environments side by
-side, a demo trained through one, ``pip check`` in a fresh one, a refused conflicting install,
-and GPU-less resolves that pull no CUDA torch.
+"""thub install with real installs from the package index (CPU): managed environments for trl and
+mini-trainer side by side, a demo trained through one, ``pip check`` in a fresh one, a refused
+conflicting install, and GPU-less resolves that pull no CUDA torch.
 
-Slow (``-m slow``): a trl environment takes about a minute on two idle cores (torch comes from
-pip's local wheel, everything else from pip's cache after the first run).
+Slow (``-m slow``): each of the trl and mini-trainer environments takes about a minute on two
+idle cores (torch comes from pip's local wheel, everything else from the package index or pip's
+cache); both are built once per module.
 """
 
 from __future__ import annotations
@@ -64,9 +65,23 @@ def pinned_env(data_dir: Path) -> dict:
     return json.loads((data_dir / "envs" / "pinned" / "thub-env.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def minitrainer_env(trl_env: dict, data_dir: Path) -> dict:
+    """mini-trainer's managed environment, built for real next to trl's (which is built first)."""
+    done = thub("install", "mini-trainer", "--into", "managed", "--installer", "pip", "--torch", TORCH, "--json",
+                data_dir=data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    installed = json.loads(done.stdout)["installed"]
+    assert [(i["environment"], i["backends"], i["pip_check"]) for i in installed] == [("mini-trainer", ["mini-trainer"], "ok")]
+    return json.loads((data_dir / "envs" / "mini-trainer" / "thub-env.json").read_text())
+
+
 # THUB_DISABLE_PLUGINS=trl hides the trl plugin installed in the test environment itself,
 # so the managed one is the trl backend (otherwise the current environment wins).
 HIDE_LOCAL_TRL = {"THUB_DISABLE_PLUGINS": "trl"}
+# The same for both backends (the test environment has the mini-trainer plugin too), on a
+# machine that shows no GPU (CUDA_VISIBLE_DEVICES="") whatever the CI host has.
+HIDE_LOCAL_BOTH = {"THUB_DISABLE_PLUGINS": "trl,minitrainer", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def test_side_by_side_envs_listed_with_their_location(trl_env: dict, pinned_env: dict, data_dir: Path) -> None:
@@ -108,6 +123,82 @@ def test_demo_trained_through_managed_env(trl_env: dict, tiny_model: Path, demo_
     assert [line["step"] for line in lines] == [1, 2] and all("loss" in line for line in lines)
 
 
+def _lock(env: dict) -> dict[str, str]:
+    lines = (Path(env["path"]) / "requirements.lock").read_text().splitlines()
+    return dict(line.split("==", 1) for line in lines if "==" in line and not line.startswith("#"))
+
+
+def test_trl_and_minitrainer_side_by_side(trl_env: dict, minitrainer_env: dict, tiny_model: Path, demo_data: Path,
+                                          tmp_path: Path, data_dir: Path) -> None:
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    mt = minitrainer_env
+    assert mt["path"] == str(data_dir / "envs" / "mini-trainer") and mt["python"] != trl_env["python"]
+    assert mt["pip_check"] == "ok" and mt["torch"] == TORCH and mt["failures"] == []
+    # both listed, each with where it lives; mini-trainer not ready only for want of a GPU
+    data = json.loads(thub("backends", "--json", data_dir=data_dir, env=HIDE_LOCAL_BOTH).stdout)
+    where = {b["name"]: b for b in data["backends"]}
+    for name, env in (("trl", trl_env), ("mini-trainer", mt)):
+        assert (where[name]["environment"], where[name]["path"], where[name]["python"]) == (name, env["path"], env["python"])
+        assert where[name]["missing"] == []
+    assert where["trl"]["ready"] is True
+    assert where["mini-trainer"]["ready"] is False
+    assert where["mini-trainer"]["status"] == "needs an NVIDIA GPU and none is visible"
+    lock = _lock(mt)
+    library = {"name": "rhai-innovation-mini-trainer", "version": lock["rhai-innovation-mini-trainer"]}
+    assert where["mini-trainer"]["library"] == library
+    # its requirements are satisfied inside its environment: by the manifest, and by that env's own thub
+    entry = mt["backends"][0]
+    assert entry["requirements"] and all(
+        entry["installed"][Requirement(r).name] is not None
+        and Requirement(r).specifier.contains(entry["installed"][Requirement(r).name], prereleases=True)
+        for r in entry["requirements"])
+    inside = json.loads(run(mt["python"], "-m", "thub", "backends", "--json", data_dir=data_dir,
+                            env={"THUB_ENVS": "", "CUDA_VISIBLE_DEVICES": ""}).stdout)
+    assert [(b["name"], b["environment"], b["missing"], b["status"]) for b in inside["backends"]] == [
+        ("mini-trainer", "current", [], "needs an NVIDIA GPU and none is visible")]
+    table = thub("backends", data_dir=data_dir, env={**HIDE_LOCAL_BOTH, "COLUMNS": "300"})
+    assert "env trl" in table.stderr + table.stdout and "env mini-trainer" in table.stderr + table.stdout
+    # thub envs list shows both
+    listed = json.loads(thub("envs", "list", "--json", data_dir=data_dir).stdout)["environments"]
+    envs = {e["name"]: e for e in listed}
+    assert envs["trl"]["backends"] == ["trl"] and envs["mini-trainer"]["backends"] == ["mini-trainer"]
+    assert envs["mini-trainer"]["path"] == mt["path"] and envs["mini-trainer"]["python_exists"]
+    assert envs["mini-trainer"]["libraries"] == {library["name"]: library["version"]}
+    text = thub("envs", "list", data_dir=data_dir, env={"COLUMNS": "300"})
+    assert "mini-trainer" in text.stdout + text.stderr and str(data_dir / "envs" / "trl") in text.stdout + text.stderr
+    # each environment passes pip check
+    for env in (trl_env, mt):
+        check = run(env["python"], "-m", "pip", "check", data_dir=data_dir)
+        assert check.returncode == 0, (env["name"], check.stdout)
+    # mini-trainer's environment: datasets>=5 (unsloth's range would refuse it) and the CPU torch, no CUDA
+    assert Version(lock["datasets"]) >= Version("5"), lock["datasets"]
+    assert f"torch=={lock['torch']}" == TORCH and lock["torch"].endswith("+cpu")
+    assert lock["rhai-innovation-mini-trainer"].startswith("0.9.")
+    assert not [n for n in lock if n.lower().startswith(("nvidia-", "cuda-")) or n.lower() == "triton"], lock
+    versions = run(mt["python"], "-c", "import importlib.metadata as m; print(m.version('torch'), m.version('datasets'))",
+                   data_dir=data_dir).stdout.split()
+    assert versions == [lock["torch"], lock["datasets"]]
+    # the osft dry run is translated by the managed environment's interpreter (its site-packages
+    # are in the command), not by this one (whose mini-trainer plugin is hidden)
+    out = tmp_path / "osft"
+    args = ["train", "osft", "--backend", "mini-trainer", "--model-path", str(tiny_model), "--data-path",
+            str(demo_data / "chat.jsonl"), "--ckpt-output-dir", str(out), "--unfreeze-rank-ratio", "0.5",
+            "--dry-run", "--json"]
+    done = thub(*args, data_dir=data_dir, env=HIDE_LOCAL_BOTH)
+    assert done.returncode == 0, done.stderr[-3000:]
+    plan = json.loads(done.stdout)
+    translation = plan["translation"]
+    assert plan["backend"] == "mini-trainer" and translation["function"] == "mini_trainer.run_training"
+    assert translation["training_args"]["osft"] is True and translation["training_args"]["osft_unfreeze_rank_ratio"] == 0.5
+    assert f"{mt['site_packages']}/mini_trainer/train.py" in translation["command"], translation["command"]
+    assert plan["parameters"]["learning_rate"]["source"] == "backend mini-trainer"  # defaults from the manifest
+    assert not out.exists(), "a dry run creates nothing"
+    hidden = thub(*args, data_dir=data_dir, env={**HIDE_LOCAL_BOTH, "THUB_ENVS": "trl"})
+    assert hidden.returncode == 2 and "unknown backend 'mini-trainer'" in hidden.stderr  # its env not read
+
+
 def test_fresh_env_passes_pip_check_and_lists_only_its_backend(pinned_env: dict, data_dir: Path) -> None:
     python = pinned_env["python"]
     check = run(python, "-m", "pip", "check", data_dir=data_dir)
@@ -143,10 +234,12 @@ def test_current_install_without_conflict_goes_in(pinned_env: dict, data_dir: Pa
     assert again.returncode == 0 and "already installed in the current environment" in again.stderr
 
 
-def test_doctor_check_matches_manifests(trl_env: dict, pinned_env: dict, data_dir: Path) -> None:
+def test_doctor_check_matches_manifests(trl_env: dict, minitrainer_env: dict, pinned_env: dict, data_dir: Path) -> None:
     done = thub("doctor", "--json", data_dir=data_dir, timeout=300)
     checks = {c["id"]: c for c in json.loads(done.stdout)["checks"]}
     assert checks["core.managed-envs"]["status"] == "ok", checks["core.managed-envs"]
+    assert all(name in checks["core.managed-envs"]["summary"] for name in ("trl", "mini-trainer", "pinned")), \
+        checks["core.managed-envs"]
 
 
 @pytest.mark.parametrize("folder", PLUGIN_FOLDERS, ids=[p.name for p in PLUGIN_FOLDERS])
