@@ -63,6 +63,7 @@ def test_sft_loss_falls_and_final_model_saved(tiny_model: Path, demo_data: Path,
     assert lines[-1]["max_steps"] == 24 and len(lines) == 24
     first, last = sum(l["loss"] for l in lines[:3]) / 3, sum(l["loss"] for l in lines[-3:]) / 3
     assert last < first * 0.7, (first, last)
+    assert f"loss {lines[0]['loss']:.4g} -> {lines[-1]['loss']:.4g} over steps 1-24" in done.stderr
     assert result["final_checkpoint"] == str(out / "final")
     assert (out / "final" / "model.safetensors").exists() and (out / "final" / "tokenizer.json").exists()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 from thub.cli.output import console
@@ -26,7 +25,8 @@ class Progress:
         self.live = enabled and sys.stderr.isatty()
         self._bar: Any = None
         self._task: Any = None
-        self._started = time.time()
+        self._first: dict[str, Any] | None = None
+        self._last: dict[str, Any] | None = None
 
     def __enter__(self) -> Progress:
         if self.live:
@@ -44,6 +44,9 @@ class Progress:
             self._bar = None
 
     def update(self, line: dict[str, Any]) -> None:
+        if self._first is None:
+            self._first = line
+        self._last = line
         if not self.enabled:
             return
         if self._bar is not None:
@@ -51,12 +54,25 @@ class Progress:
         else:
             console().print(f"step {line.get('step')}/{line.get('max_steps')}  {_describe(line)}", markup=False)
 
+    def _trend(self) -> str | None:
+        """``loss 6.62 -> 1.86 over steps 1-32`` (or reward), from the first and last lines seen."""
+        if not self._first or not self._last:
+            return None
+        for key in ("loss", "reward"):
+            a, b = self._first.get(key), self._last.get(key)
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+                return f"{key} {a:.4g} -> {b:.4g} over steps {self._first.get('step')}-{self._last.get('step')}"
+        return None
+
     def finish(self, result: dict[str, Any]) -> None:
         if not self.enabled:
             return
         status = result["status"]
         colour = {"succeeded": "green", "interrupted": "yellow"}.get(status, "red")
         console().print(f"[{colour}]run {status}[/{colour}] in {result.get('wall_seconds', 0):.1f} s: {result['run_dir']}")
+        trend = self._trend()
+        if trend:
+            console().print(trend, markup=False)
         if result.get("final_checkpoint"):
             console().print(f"final checkpoint: {result['final_checkpoint']}")
         if status == "failed":
