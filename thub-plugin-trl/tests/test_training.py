@@ -63,7 +63,7 @@ def test_sft_loss_falls_and_final_model_saved(tiny_model: Path, demo_data: Path,
     assert lines[-1]["max_steps"] == 24 and len(lines) == 24
     first, last = sum(l["loss"] for l in lines[:3]) / 3, sum(l["loss"] for l in lines[-3:]) / 3
     assert last < first * 0.7, (first, last)
-    assert f"loss {lines[0]['loss']:.4g} -> {lines[-1]['loss']:.4g} over steps 1-24" in done.stderr
+    assert "step 1/" not in done.stderr  # --json: no progress lines, result.json on stdout
     assert result["final_checkpoint"] == str(out / "final")
     assert (out / "final" / "model.safetensors").exists() and (out / "final" / "tokenizer.json").exists()
 
@@ -100,6 +100,9 @@ def test_lora_sft_saves_an_adapter(tiny_model: Path, demo_data: Path, tmp_path: 
                 "--lora-r", "4", "--target-modules", "q_proj,v_proj")
     assert done.returncode == 0, done.stderr
     assert_finished_run(out)
+    lines = read_metrics(out / "training_metrics.jsonl")
+    assert f"loss {lines[0]['loss']:.4g} -> {lines[-1]['loss']:.4g} over steps 1-4" in done.stderr
+    assert "step 4/4" in done.stderr  # plain progress lines when stderr is not a terminal
     config = json.loads((out / "final" / "adapter_config.json").read_text())
     assert config["r"] == 4 and sorted(config["target_modules"]) == ["q_proj", "v_proj"]
     assert (out / "final" / "adapter_model.safetensors").exists()
