@@ -6,48 +6,11 @@ Heavy imports (torch, transformers, trl, peft, datasets) happen here only.
 from __future__ import annotations
 
 import os
-import time
-from pathlib import Path
 from typing import Any
 
 from thub.runner.context import RunContext
+from thub.runner.hf_trainer import metrics_callback
 from thub_plugin_trl.translate import translate
-
-
-def _metrics_callback(context: RunContext) -> Any:
-    from transformers import TrainerCallback
-
-    class ThubCallback(TrainerCallback):
-        """Writes thub's metrics stream, reports checkpoints, stops cleanly on a signal."""
-
-        def __init__(self) -> None:
-            self.last_tokens: float | None = None
-            self.last_time = time.time()
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
-            if not state.is_world_process_zero or not logs or "train_runtime" in logs:
-                return
-            if "loss" not in logs and "reward" not in logs:
-                return  # evaluation-only lines go in with the next training line
-            line = {k: v for k, v in logs.items() if isinstance(v, (int, float)) and "/" not in k}
-            line["epoch"] = state.epoch
-            now, tokens = time.time(), logs.get("num_tokens")
-            if tokens is not None and self.last_tokens is not None and now > self.last_time:
-                line["tokens_per_second"] = (tokens - self.last_tokens) / (now - self.last_time)
-            self.last_tokens, self.last_time = tokens, now
-            context.metrics.log(state.global_step, max_steps=state.max_steps, **line)
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            if context.stop_requested:
-                # save at this step and stop: --resume continues at the next step
-                control.should_save = True
-                control.should_training_stop = True
-
-        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            context.checkpoint(path, state.global_step)
-
-    return ThubCallback()
 
 
 def _load_tokenizer(params: dict[str, Any]) -> Any:
@@ -175,7 +138,7 @@ def run(context: RunContext) -> dict[str, Any]:
         peft_config = LoraConfig(**plan["peft"])
     config_class = getattr(trl, plan["config_class"])
     config = config_class(**plan["config"])
-    callbacks = [_metrics_callback(context)]
+    callbacks = [metrics_callback(context)]
     if plan["trainer"] == "SFTTrainer":
         train_dataset, eval_dataset = _sft_dataset(context, plan, tokenizer)
         trainer = trl.SFTTrainer(model=model, args=config, train_dataset=train_dataset, eval_dataset=eval_dataset,

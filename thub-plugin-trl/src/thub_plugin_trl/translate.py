@@ -10,6 +10,7 @@ from typing import Any
 
 from thub.errors import UsageError
 from thub.runner.batching import split_batch, world_size
+from thub.runner.hf_trainer import optional_training_args, report_settings
 from thub.selection import cuda_visible
 
 _BASE = frozenset({
@@ -50,28 +51,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 MAX_MICRO_BATCH = 8
 
 
-def _reporting(params: dict[str, Any]) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-    """report_to list, environment variables and extra config for the loggers the user set."""
-    report_to, env, extra = [], {}, {}
-    if params.get("wandb_project"):
-        report_to.append("wandb")
-        env["WANDB_PROJECT"] = params["wandb_project"]
-        if params.get("wandb_entity"):
-            env["WANDB_ENTITY"] = params["wandb_entity"]
-    if params.get("tensorboard_log_dir"):
-        report_to.append("tensorboard")
-        extra["logging_dir"] = params["tensorboard_log_dir"]
-    if params.get("mlflow_tracking_uri"):
-        report_to.append("mlflow")
-        env["MLFLOW_TRACKING_URI"] = params["mlflow_tracking_uri"]
-        if params.get("mlflow_experiment_name"):
-            env["MLFLOW_EXPERIMENT_NAME"] = params["mlflow_experiment_name"]
-    run_name = params.get("wandb_run_name") or params.get("mlflow_run_name")
-    if run_name:
-        extra["run_name"] = run_name
-    return report_to or ["none"], env, extra
-
-
 def _common(params: dict[str, Any], output_dir: str) -> dict[str, Any]:
     gpu = cuda_visible()
     config: dict[str, Any] = {
@@ -88,13 +67,8 @@ def _common(params: dict[str, Any], output_dir: str) -> dict[str, Any]:
         "disable_tqdm": True,  # thub shows progress from the metrics stream
         "save_strategy": "steps" if params.get("save_steps") else "epoch" if params.get("checkpoint_at_epoch") else "no",
     }
-    optional = {
-        "save_steps": "save_steps", "lr_scheduler_kwargs": "lr_scheduler_kwargs", "warmup_steps": "warmup_steps",
-        "beta1": "adam_beta1", "beta2": "adam_beta2", "eps": "adam_epsilon", "weight_decay": "weight_decay",
-        "max_grad_norm": "max_grad_norm",
-    }
-    config.update({target: params[name] for name, target in optional.items() if params.get(name) is not None})
-    report_to, _env, extra = _reporting(params)
+    config.update(optional_training_args(params))
+    report_to, _env, extra = report_settings(params)
     config["report_to"] = report_to
     config.update(extra)
     return config
@@ -135,7 +109,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     plan: dict[str, Any] = {"trainer": None, "config_class": None, "config": config,
                             "peft": _peft(params) if lora else None,
                             "quantization": _quantization(params) if lora else None,
-                            "world_size": world, "environment": _reporting(params)[1], "merged": None}
+                            "world_size": world, "environment": report_settings(params)[1], "merged": None}
     if algorithm in ("sft", "lora_sft"):
         micro, accumulation = split_batch(params["effective_batch_size"], world, MAX_MICRO_BATCH)
         pretraining = params.get("is_pretraining", False)

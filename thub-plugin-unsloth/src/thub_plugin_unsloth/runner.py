@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 from thub.runner.context import RunContext
+from thub.runner.hf_trainer import metrics_callback
 from thub_plugin_unsloth.translate import translate
 
 _PATCHED_LATE = ("trl", "transformers", "peft")
@@ -27,38 +26,6 @@ def import_unsloth() -> Any:
     import unsloth
 
     return unsloth
-
-
-def _metrics_callback(context: RunContext) -> Any:
-    from transformers import TrainerCallback
-
-    class ThubCallback(TrainerCallback):
-        """Writes thub's metrics stream, reports checkpoints, stops cleanly on a signal."""
-
-        def __init__(self) -> None:
-            self.last_tokens: float | None = None
-            self.last_time = time.time()
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
-            if not state.is_world_process_zero or not logs or "train_runtime" in logs or "loss" not in logs:
-                return
-            line = {k: v for k, v in logs.items() if isinstance(v, (int, float)) and "/" not in k}
-            line["epoch"] = state.epoch
-            now, tokens = time.time(), logs.get("num_tokens")
-            if tokens is not None and self.last_tokens is not None and now > self.last_time:
-                line["tokens_per_second"] = (tokens - self.last_tokens) / (now - self.last_time)
-            self.last_tokens, self.last_time = tokens, now
-            context.metrics.log(state.global_step, max_steps=state.max_steps, **line)
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            if context.stop_requested:
-                control.should_save = True  # --resume continues at the next step
-                control.should_training_stop = True
-
-        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            context.checkpoint(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
-
-    return ThubCallback()
 
 
 class LabelPadCollator:
@@ -147,7 +114,7 @@ def run(context: RunContext) -> dict[str, Any]:
     config = trl.SFTConfig(**config_kwargs)
     trainer = trl.SFTTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=train_dataset,
                              eval_dataset=eval_dataset, data_collator=LabelPadCollator(tokenizer.pad_token_id),
-                             callbacks=[_metrics_callback(context)])
+                             callbacks=[metrics_callback(context)])
     output = trainer.train(resume_from_checkpoint=context.resume_from)
     if context.stop_requested:
         latest = context.run_dir.latest_checkpoint()

@@ -12,6 +12,7 @@ from typing import Any
 
 from thub.errors import UsageError
 from thub.runner.batching import split_batch
+from thub.runner.hf_trainer import optional_training_args, report_settings
 from thub.selection import cuda_visible
 
 BACKEND = "unsloth"
@@ -50,28 +51,6 @@ MAX_MICRO_BATCH = 8
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def reporting(params: dict[str, Any]) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-    """report_to list, environment variables and extra config for the loggers the user set."""
-    report_to, env, extra = [], {}, {}
-    if params.get("wandb_project"):
-        report_to.append("wandb")
-        env["WANDB_PROJECT"] = params["wandb_project"]
-        if params.get("wandb_entity"):
-            env["WANDB_ENTITY"] = params["wandb_entity"]
-    if params.get("tensorboard_log_dir"):
-        report_to.append("tensorboard")
-        extra["logging_dir"] = params["tensorboard_log_dir"]
-    if params.get("mlflow_tracking_uri"):
-        report_to.append("mlflow")
-        env["MLFLOW_TRACKING_URI"] = params["mlflow_tracking_uri"]
-        if params.get("mlflow_experiment_name"):
-            env["MLFLOW_EXPERIMENT_NAME"] = params["mlflow_experiment_name"]
-    run_name = params.get("wandb_run_name") or params.get("mlflow_run_name")
-    if run_name:
-        extra["run_name"] = run_name
-    return report_to or ["none"], env, extra
-
-
 def gradient_checkpointing(params: dict[str, Any]) -> str | bool:
     """unsloth's offloaded checkpointing ("unsloth") unless the user turned it off."""
     return False if params.get("gradient_checkpointing") is False else "unsloth"
@@ -106,15 +85,10 @@ def _config(params: dict[str, Any], gpu: bool) -> dict[str, Any]:
         "disable_tqdm": True,  # thub shows progress from the metrics stream
         "save_strategy": "steps" if params.get("save_steps") else "epoch" if params.get("checkpoint_at_epoch") else "no",
     }
-    optional = {
-        "save_steps": "save_steps", "lr_scheduler_kwargs": "lr_scheduler_kwargs", "warmup_steps": "warmup_steps",
-        "beta1": "adam_beta1", "beta2": "adam_beta2", "eps": "adam_epsilon", "weight_decay": "weight_decay",
-        "max_grad_norm": "max_grad_norm",
-    }
-    config.update({target: params[name] for name, target in optional.items() if params.get(name) is not None})
+    config.update(optional_training_args(params))
     if params.get("validation_split"):
         config.update({"eval_strategy": "steps", "eval_steps": params["validation_frequency"]})
-    report_to, _env, extra = reporting(params)
+    report_to, _env, extra = report_settings(params)
     config["report_to"] = report_to
     config.update(extra)
     return config
@@ -165,7 +139,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else "assistant tokens",
             "validation_split": params.get("validation_split") or 0.0,
         },
-        "environment": reporting(params)[1],
+        "environment": report_settings(params)[1],
         # after the adapter: model.save_pretrained_merged(dir, tokenizer, save_method="merged_16bit")
         "merged": {"dir": f"{params['ckpt_output_dir']}/merged", "save_method": "merged_16bit"}
         if params.get("save_merged") else None,

@@ -1,0 +1,83 @@
+"""Pieces shared by backends built on ``transformers.Trainer`` (trl, unsloth, ...).
+
+The mapping functions are pure Python (used by translations at ``--dry-run``); the callback
+imports transformers only when a runner asks for it in the training child.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from thub.runner.context import RunContext
+
+# thub parameter -> TrainingArguments field, passed only when the user (or backend) set it
+OPTIONAL_TRAINING_ARGS = {
+    "save_steps": "save_steps", "lr_scheduler_kwargs": "lr_scheduler_kwargs", "warmup_steps": "warmup_steps",
+    "beta1": "adam_beta1", "beta2": "adam_beta2", "eps": "adam_epsilon", "weight_decay": "weight_decay",
+    "max_grad_norm": "max_grad_norm",
+}
+
+
+def optional_training_args(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The optimizer/schedule/saving TrainingArguments of the parameters that are set."""
+    return {target: params[name] for name, target in OPTIONAL_TRAINING_ARGS.items() if params.get(name) is not None}
+
+
+def report_settings(params: Mapping[str, Any]) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """``report_to``, environment variables and extra TrainingArguments for the loggers set."""
+    report_to, env, extra = [], {}, {}
+    if params.get("wandb_project"):
+        report_to.append("wandb")
+        env["WANDB_PROJECT"] = params["wandb_project"]
+        if params.get("wandb_entity"):
+            env["WANDB_ENTITY"] = params["wandb_entity"]
+    if params.get("tensorboard_log_dir"):
+        report_to.append("tensorboard")
+        extra["logging_dir"] = params["tensorboard_log_dir"]
+    if params.get("mlflow_tracking_uri"):
+        report_to.append("mlflow")
+        env["MLFLOW_TRACKING_URI"] = params["mlflow_tracking_uri"]
+        if params.get("mlflow_experiment_name"):
+            env["MLFLOW_EXPERIMENT_NAME"] = params["mlflow_experiment_name"]
+    run_name = params.get("wandb_run_name") or params.get("mlflow_run_name")
+    if run_name:
+        extra["run_name"] = run_name
+    return report_to or ["none"], env, extra
+
+
+def metrics_callback(context: RunContext) -> Any:
+    """A ``TrainerCallback`` that writes thub's metrics stream, reports checkpoints and stops at
+    the next step boundary after SIGTERM/SIGINT (saving first, so ``--resume`` continues)."""
+    from transformers import TrainerCallback
+
+    class ThubCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.last_tokens: float | None = None
+            self.last_time = time.time()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+            if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+                return
+            if "loss" not in logs and "reward" not in logs:
+                return  # evaluation-only lines go in with the next training line
+            line = {k: v for k, v in logs.items() if isinstance(v, (int, float)) and "/" not in k}
+            line["epoch"] = state.epoch
+            now, tokens = time.time(), logs.get("num_tokens")
+            if tokens is not None and self.last_tokens is not None and now > self.last_time:
+                line["tokens_per_second"] = (tokens - self.last_tokens) / (now - self.last_time)
+            self.last_tokens, self.last_time = tokens, now
+            context.metrics.log(state.global_step, max_steps=state.max_steps, **line)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            if context.stop_requested:
+                control.should_save = True
+                control.should_training_stop = True
+
+        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            context.checkpoint(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
+
+    return ThubCallback()
