@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from thub.runner.follow import PollingFollower
 
 # instructlab field -> thub field (the rest of the numeric fields are kept under their own names)
 _RENAMES = {"avg_loss": "loss", "lr": "learning_rate", "gradnorm": "grad_norm", "overall_throughput": "samples_per_second"}
@@ -136,7 +137,7 @@ def read_new_lines(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     return lines, offset + end + 1
 
 
-class OutputFollower:
+class OutputFollower(PollingFollower):
     """Follows instructlab's metrics file and ``hf_format/`` while it trains (a daemon thread).
 
     ``emit(line)`` receives each thub metrics line; ``on_checkpoint(path, step)`` each new
@@ -151,16 +152,10 @@ class OutputFollower:
         self.converter = converter
         self.emit = emit
         self.on_checkpoint = on_checkpoint
-        self.interval = interval
         # a resumed run appends to the same file: only lines written from now on are new
         self.offset = self.path.stat().st_size if self.path.exists() else 0
         self.seen = {str(p) for p in checkpoint_dirs(self.ckpt_output_dir)}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="thub-ilab-follower", daemon=True)
-
-    def start(self) -> OutputFollower:
-        self._thread.start()
-        return self
+        super().__init__(interval, "thub-ilab-follower")
 
     def poll(self) -> None:
         lines, self.offset = read_new_lines(self.path, self.offset)
@@ -173,13 +168,3 @@ class OutputFollower:
                 self.seen.add(str(path))
                 step = self.converter.step_of_checkpoint(path)
                 self.on_checkpoint(path, step if step is not None else 0)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.poll()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-        self.poll()

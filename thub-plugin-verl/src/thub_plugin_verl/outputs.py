@@ -17,6 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from thub.runner.follow import PollingFollower
 from typing import Any
 
 # verl metric -> thub metric
@@ -132,7 +134,7 @@ def checkpoint_dirs(checkpoints_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-class OutputFollower:
+class OutputFollower(PollingFollower):
     """Follows the file logger and the checkpoint directory while verl trains (a daemon thread).
 
     ``emit(line)`` gets each thub metrics line, ``on_checkpoint(path, step)`` each new complete
@@ -147,17 +149,11 @@ class OutputFollower:
         self.converter = converter
         self.emit = emit
         self.on_checkpoint = on_checkpoint
-        self.interval = interval
         self.offset = 0
         self.head = b""
         self.seen = {step for step, _ in checkpoint_dirs(self.checkpoints_dir)}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="thub-verl-follower", daemon=True)
-
-    def start(self) -> OutputFollower:
-        self._thread.start()
-        return self
+        super().__init__(interval, "thub-verl-follower")
 
     def poll(self) -> None:
         with self._lock:
@@ -170,13 +166,3 @@ class OutputFollower:
                 if step not in self.seen:
                     self.seen.add(step)
                     self.on_checkpoint(path / "actor", step)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.poll()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-        self.poll()
