@@ -14,6 +14,16 @@ from thub.manager import Registry
 from thub.specs import BackendSpec
 
 
+def installed_version(distribution: str | None) -> str | None:
+    """The installed version of ``distribution`` from its metadata (nothing imported), or None."""
+    if not distribution:
+        return None
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def requirement_problem(specifier: str) -> str | None:
     """None if ``specifier`` is satisfied by an installed distribution, else what is wrong."""
     try:

@@ -5,25 +5,16 @@ from __future__ import annotations
 
 import shutil
 import sys
-from importlib import metadata
 from typing import Any
 
 import click
 
 from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, table
 from thub.errors import ThubError, UsageError
+from thub.selection import installed_version
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 dry_run_option = click.option("--dry-run", is_flag=True, help="Print the exact commands; change nothing.")
-
-
-def _installed_here(distribution: str | None) -> str | None:
-    if not distribution:
-        return None
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _current_backends() -> dict[str, str]:
@@ -79,10 +70,10 @@ def install(backends: tuple[str, ...], into: str, env_name: str | None, extras: 
     reports: list[dict[str, Any]] = []
     target = into
     if into in ("auto", "current"):
-        already = [s for s in sources if _installed_here(s.distribution)]
+        already = [s for s in sources if installed_version(s.distribution)]
         if into == "auto" and len(already) == len(sources) and not force:
             for s in already:
-                out.print(f"{s.distribution} {_installed_here(s.distribution)} is already installed in the current "
+                out.print(f"{s.distribution} {installed_version(s.distribution)} is already installed in the current "
                           f"environment ({sys.executable}); use --into managed for an environment of its own.")
             if as_json:
                 emit_json({"schema_version": JSON_SCHEMA_VERSION, "installed": [], "already": [s.distribution for s in already]})
@@ -227,7 +218,7 @@ def uninstall(backend: str, where: str, dry_run: bool) -> None:
             dist = resolve_source(backend).distribution
         except ValueError:
             dist = None
-    if not dist or not _installed_here(dist):
+    if not dist or not installed_version(dist):
         raise UsageError(f"backend {backend!r} is not installed here or in a managed environment")
     cmd = [sys.executable, "-m", "pip", "uninstall", "-y", dist]
     if dry_run:

@@ -20,6 +20,8 @@ from importlib import metadata
 from importlib.util import find_spec
 from typing import Any
 
+from thub.selection import installed_version
+
 #: Environment variables reported: these prefixes, plus the exact names below.
 ENV_PREFIXES: tuple[str, ...] = (
     "THUB_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_",
@@ -74,16 +76,9 @@ def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def package_versions() -> dict[str, str]:
     """Installed versions of the packages in :data:`PACKAGES` (from metadata, no import)."""
-    found = {name: version for name in PACKAGES if (version := _version(name))}
+    found = {name: version for name in PACKAGES if (version := installed_version(name))}
     for dist in metadata.distributions():
         name = dist.metadata.get("Name") or ""
         if name.lower().startswith(("thub-plugin-", "thub_plugin_")):

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from thub.runner.progress import Progress
 from thub.runner.rootcause import root_cause_from_file
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.specs import RunEvent
+from thub.selection import installed_version
 
 POLL_SECONDS = 0.2
 
@@ -35,15 +35,6 @@ POLL_SECONDS = 0.2
 def _grace_seconds() -> float:
     """How long a child may linger after writing its result (THUB_EXIT_GRACE, default 30 s)."""
     return float(os.environ.get("THUB_EXIT_GRACE", "30"))
-
-
-def _version(distribution: str | None) -> str | None:
-    if not distribution:
-        return None
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def child_command(resolved: ResolvedConfig, run_dir: RunDirectory) -> list[str]:
@@ -72,7 +63,7 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
         "versions": {
             "thub": __version__,
             "plugin": {"name": backend.provenance.distribution, "version": backend.provenance.version},
-            "library": {"name": library_name, "version": _version(library_name)},
+            "library": {"name": library_name, "version": installed_version(library_name)},
             "python": sys.version.split()[0],
         },
         "command_line": command_line,

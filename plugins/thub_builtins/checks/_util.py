@@ -7,8 +7,8 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
-from importlib import metadata
 
+from thub.selection import installed_version as dist_version  # noqa: F401 - re-exported for the checks
 from thub.specs import CheckContext, CheckResult
 
 DOCS = "docs/doctor.md"
@@ -32,14 +32,6 @@ def fail(summary: str, fix: str, details: Iterable[str] = (), anchor: str | None
 
 def _docs(anchor: str | None) -> str | None:
     return f"{DOCS}#{anchor}" if anchor else None
-
-
-def dist_version(name: str) -> str | None:
-    """Installed version of distribution ``name`` (metadata only), or None."""
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def which(context: CheckContext, program: str) -> str | None:
