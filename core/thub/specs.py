@@ -184,3 +184,21 @@ class RunEvent:
     algorithm: str
     backend: str
     data: Mapping[str, Any] = field(default_factory=dict)
+
+
+def translation_hook(backend: str, translate: Callable[[str, dict[str, Any]], Any]) -> Callable[..., Any]:
+    """A ``thub_translate_params`` implementation answering for one backend.
+
+    A backend plugin whose translation is ``translate(algorithm, params)`` writes::
+
+        thub_translate_params = translation_hook("mybackend", translate)
+    """
+    from thub.hookspecs import hookimpl
+
+    mine = backend
+
+    @hookimpl
+    def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> Any | None:
+        return translate(algorithm, params) if backend == mine else None
+
+    return thub_translate_params

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from thub import hookimpl
-from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec
+from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec, translation_hook
 from thub_plugin_instructlab.translate import BACKEND, DEFAULTS, HONOURED, MIN_SAMPLE_TOKENS, flash_attn_installed, translate
 
 # The training library first (its version is recorded in thub_run.json).
@@ -35,11 +34,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
     ))
 
 
-@hookimpl
-def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    if backend != BACKEND:
-        return None
-    return translate(algorithm, params)
+thub_translate_params = translation_hook(BACKEND, translate)
 
 
 def _flash_attn_check(_context: CheckContext) -> CheckResult:

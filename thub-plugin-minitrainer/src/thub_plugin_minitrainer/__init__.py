@@ -11,10 +11,9 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from thub import hookimpl
-from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec
+from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec, translation_hook
 from thub_plugin_minitrainer.translate import DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
@@ -42,11 +41,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
     ))
 
 
-@hookimpl
-def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    if backend != BACKEND:
-        return None
-    return translate(algorithm, params)
+thub_translate_params = translation_hook(BACKEND, translate)
 
 
 def _attention_check(context: CheckContext) -> CheckResult:

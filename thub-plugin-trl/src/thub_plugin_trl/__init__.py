@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from thub import hookimpl
-from thub.specs import BackendSpec
+from thub.specs import BackendSpec, translation_hook
 from thub_plugin_trl.translate import DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
@@ -31,9 +30,5 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
     ))
 
 
-@hookimpl
-def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    if backend != "trl":
-        return None
-    return translate(algorithm, params)
+thub_translate_params = translation_hook("trl", translate)
 

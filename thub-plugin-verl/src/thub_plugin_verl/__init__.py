@@ -6,10 +6,9 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
-from typing import Any
 
 from thub import hookimpl
-from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec
+from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec, translation_hook
 from thub_plugin_verl.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
@@ -41,11 +40,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
     ))
 
 
-@hookimpl
-def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    if backend != BACKEND:
-        return None
-    return translate(algorithm, params)
+thub_translate_params = translation_hook(BACKEND, translate)
 
 
 def _pin(distribution: str, dependency: str) -> str | None:
