@@ -141,3 +141,104 @@ def test_python_api_rejects_unknown_parameter_with_suggestion(thub_registry) -> 
         dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o", learning_rat=1e-5)
     plan = dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o", learning_rate=1e-5)
     assert plan["parameters"]["learning_rate"] == {"value": 1e-5, "source": "api learning_rate"}
+
+
+# --- non-finite floats (issue 13, item 1): every source, every float field, exit 2 naming it ---
+
+NON_FINITE = ["inf", "-inf", "1e309", "nan", ".inf", ".nan"]
+
+
+@pytest.mark.parametrize("text", NON_FINITE)
+def test_non_finite_from_set_and_env_is_rejected(thub_registry, text: str) -> None:
+    for field in ("learning_rate", "eps", "max_grad_norm", "weight_decay"):
+        with pytest.raises(UsageError, match=rf"{field} \(from --set {field}\): .*finite"):
+            resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, overrides=[f"{field}={text}"], environ={})
+    with pytest.raises(UsageError, match=r"learning_rate \(from env THUB_LEARNING_RATE\): .*finite"):
+        resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, environ={"THUB_LEARNING_RATE": text})
+
+
+@pytest.mark.parametrize("text", [".inf", "-.inf", ".nan", "1e309", "1.0e+309"])
+def test_non_finite_from_yaml_is_rejected_with_file_and_line(thub_registry, tmp_path: Path, text: str) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model_path: m\ndata_path: d.jsonl\nckpt_output_dir: o\nmax_grad_norm: {text}\n")
+    with pytest.raises(UsageError, match=rf"max_grad_norm \(from {config}:4\): .*finite"):
+        resolve(thub_registry, "sft", backend="trl", config_file=config, environ={})
+
+
+def test_non_finite_from_python_api_and_nested_values(thub_registry) -> None:
+    from thub.api import dry_run
+
+    for value in (float("inf"), float("nan"), float("-inf")):
+        with pytest.raises(UsageError, match=r"learning_rate \(from api learning_rate\): .*finite"):
+            dry_run("sft", backend="trl", **REQUIRED, learning_rate=value)
+    # floats inside lists and free-form mappings are checked too
+    with pytest.raises(UsageError, match=r"mix_probabilities.*finite"):
+        resolve(thub_registry, "sft", backend="trl", environ={},
+                flags={**REQUIRED, "datasets": ["b.jsonl"], "mix_probabilities": [0.5, float("inf")]})
+    with pytest.raises(UsageError, match=r"lr_scheduler_kwargs\.min_lr \(from --set lr_scheduler_kwargs\): .*finite"):
+        resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, environ={},
+                overrides=["lr_scheduler_kwargs={min_lr: .inf}"])
+
+
+def test_non_finite_rejected_by_the_models_themselves() -> None:
+    from pydantic import ValidationError
+    from thub_builtins.params import GRPOParams, LoRASFTParams
+
+    with pytest.raises(ValidationError, match="finite"):
+        LoRASFTParams(**REQUIRED, lora_dropout=float("nan"))
+    with pytest.raises(ValidationError, match="finite"):
+        GRPOParams(**REQUIRED, temperature=float("inf"))
+
+
+@pytest.mark.parametrize("flag_value", ["inf", "1e309", "nan"])
+def test_non_finite_flag_exits_2_naming_the_option(thub_cli, flag_value: str) -> None:
+    result = thub_cli("train", "sft", "--backend", "trl", "--dry-run", "--model-path", "m", "--data-path", "d.jsonl",
+                      "--ckpt-output-dir", "o", "--learning-rate", flag_value)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "learning_rate (from flag --learning-rate)" in result.stderr and "finite" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_finite_floats_still_accepted(thub_registry) -> None:
+    resolved = resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, environ={"THUB_EPS": "1e-8"},
+                       overrides=["learning_rate=2e-5", "max_grad_norm=1"])
+    assert (resolved.values()["learning_rate"], resolved.values()["eps"], resolved.values()["max_grad_norm"]) == (2e-5, 1e-8, 1.0)
+
+
+# --- values kept as typed (issue 13, item 9): a string field takes the raw text ---
+
+@pytest.mark.parametrize("text", ["/x/run #2", "null", "2024-01-01", "~", "yes", "0x1F", "1e3", "[a, b]", "{a: 1}",
+                                  "'quoted'", "a: b", "- item", "*anchor", "!!binary abc"])
+def test_string_fields_take_the_raw_text_from_set_and_env(thub_registry, text: str) -> None:
+    resolved = resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, environ={"THUB_WANDB_PROJECT": text},
+                       overrides=[f"wandb_run_name={text}", f"ckpt_output_dir={text}"], allow_ignored=True)
+    values = resolved.values()
+    assert values["wandb_run_name"] == values["wandb_project"] == values["ckpt_output_dir"] == text
+
+
+def test_typed_fields_still_parse(thub_registry) -> None:
+    resolved = resolve(thub_registry, "grpo", backend="trl", flags=REQUIRED, environ={"THUB_NPROC_PER_NODE": "2"},
+                       overrides=["temperature=0.5", "group_size=4", "reward=math,format", "beta=0",
+                                  "lr_scheduler_kwargs={min_lr: 1.0e-6}", "save_final_checkpoint=false"],
+                       allow_ignored=True)
+    values = resolved.values()
+    assert values["nproc_per_node"] == 2 and values["temperature"] == 0.5 and values["group_size"] == 4
+    assert values["reward"] == ["math", "format"] and values["beta"] == 0
+    assert values["lr_scheduler_kwargs"] == {"min_lr": 1e-6} and values["save_final_checkpoint"] is False
+    auto = resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, environ={}, overrides=["nproc_per_node=auto"])
+    assert auto.values()["nproc_per_node"] == "auto"
+
+
+def test_a_wrongly_typed_value_names_the_field(thub_registry) -> None:
+    with pytest.raises(UsageError, match=r"num_epochs \(from --set num_epochs\): .*integer.*'2024-01-01'"):
+        resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, environ={}, overrides=["num_epochs=2024-01-01"])
+
+
+def test_cli_string_flag_and_set_keep_hash_and_null(thub_cli, tmp_path: Path) -> None:
+    out = f"{tmp_path}/run #2"
+    result = thub_cli("train", "sft", "--backend", "trl", "--dry-run", "--json", "--model-path", "m",
+                      "--data-path", "d.jsonl", "--ckpt-output-dir", "o", "--set", f"ckpt_output_dir={out}",
+                      env={"THUB_WANDB_RUN_NAME": "null"})
+    assert result.exit_code == 0, result.stderr
+    params = result.json()["parameters"]
+    assert params["ckpt_output_dir"]["value"] == out and params["wandb_run_name"]["value"] == "null"

@@ -37,7 +37,8 @@ DataFormat = Literal["auto", "messages", "sharegpt", "alpaca", "document", "grpo
 class BaseParams(BaseModel):
     """Parameters shared by every algorithm."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: inf, 1e309 and nan are never a learning rate, clip norm or epsilon
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     # core
     model_path: str = _field(REQUIRED, group="core", help="Local path or hub id of the base model.")
@@ -148,6 +149,8 @@ class OSFTParams(SFTParams):
 
 class LoRAMixin(BaseModel):
     """LoRA / QLoRA adapter parameters."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     lora_r: int = _field(16, group="lora", help="LoRA rank.", ge=1)
     lora_alpha: int = _field(32, group="lora", help="LoRA scaling alpha (32 on every backend; none substitutes its own default).", ge=1)

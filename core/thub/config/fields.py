@@ -98,24 +98,87 @@ def param_infos(model: type[BaseModel]) -> dict[str, ParamInfo]:
     return infos
 
 
-def parse_text(info: ParamInfo, text: str) -> Any:
-    """Turn text from the environment, ``--set`` or a flag into a value pydantic will validate.
+def _is_text(annotation: Any) -> bool:
+    """Whether a type holds only strings (``str``, or a ``Literal`` of strings)."""
+    if annotation is str:
+        return True
+    return get_origin(annotation) is Literal and all(isinstance(v, str) for v in get_args(annotation))
 
-    YAML scalars/flow collections are accepted (``[a, b]``, ``{k: 1}``, ``true``); a list
-    parameter also accepts ``a,b``. Pydantic does the type checking afterwards.
-    """
+
+def _item_types(info: ParamInfo) -> tuple[Any, ...]:
+    """The element types of a list parameter (``list[str | dict]`` -> ``(str, dict)``)."""
+    items: list[Any] = []
+    for member in info.base_types:
+        if get_origin(member) is list:
+            items.extend(_union_members(get_args(member)[0]) if get_args(member) else (Any,))
+    return tuple(items)
+
+
+def _flow_sequence_texts(text: str) -> list[str] | None:
+    """The raw text of each item of a YAML flow sequence (``[a, 0x1F]`` -> ``["a", "0x1F"]``)."""
     import yaml
 
     try:
-        value = yaml.safe_load(text) if text.strip() else text
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
-        value = text
-    if info.is_list and isinstance(value, str):
+        return None
+    if not isinstance(node, yaml.SequenceNode) or not all(isinstance(n, yaml.ScalarNode) for n in node.value):
+        return None
+    return [n.value for n in node.value]
+
+
+_LOADER: Any = None
+
+
+def _yaml_value(text: str) -> Any:
+    """``text`` read as YAML, without dates (``2024-01-01`` stays text for pydantic to judge)."""
+    global _LOADER
+    import yaml
+
+    if _LOADER is None:
+        class _NoDates(yaml.SafeLoader):
+            pass
+
+        _NoDates.yaml_implicit_resolvers = {
+            first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        }
+        _LOADER = _NoDates
+    try:
+        return yaml.load(text, Loader=_LOADER) if text.strip() else text  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError:
+        return text
+
+
+def parse_text(info: ParamInfo, text: str) -> Any:
+    """Turn text from the environment, ``--set`` or a flag into a value pydantic will validate.
+
+    The field's type decides: a string field (``str``, a ``Literal`` of strings) takes the text
+    exactly as given, so ``/x/run #2``, ``null`` and ``2024-01-01`` stay strings. Other fields
+    read it as YAML (``true``, ``4``, ``{k: 1}``); a list parameter takes ``a,b`` or a flow list
+    ``[a, b]`` (its items raw when they are strings). Pydantic checks the types afterwards.
+    """
+    if info.is_list:
+        items = _item_types(info)
+        if all(_is_text(t) for t in items):
+            if text.lstrip().startswith("["):
+                flow = _flow_sequence_texts(text)
+                if flow is not None:
+                    return flow
+            if not info.split:
+                return [text]
+            return [part.strip() for part in text.split(",") if part.strip()]
+        value = _yaml_value(text)
+        if isinstance(value, list):
+            return value
         if not info.split:
-            return [value]
-        return [part.strip() for part in value.split(",") if part.strip()]
-    if isinstance(value, (int, float)) and str in info.base_types and not {int, float} & set(info.base_types):
-        return text  # "rdzv_id: 123" stays a string
+            return [text if str in items and not isinstance(value, dict) else value]
+        return [part.strip() for part in text.split(",") if part.strip()]
+    if info.base_types and all(_is_text(t) for t in info.base_types):
+        return text
+    value = _yaml_value(text)
+    if str in info.base_types and not isinstance(value, (list, dict)) and not {int, float} & set(info.base_types):
+        return text  # a field that also takes a string: "123", "/x #2" stay text
     return value
 
 

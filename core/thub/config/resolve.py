@@ -8,8 +8,9 @@ flags). Unknown keys, invalid values and parameters the backend does not honour 
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,33 @@ def _format_validation_error(exc: ValidationError, sources: dict[str, str]) -> s
     return "invalid parameters:\n  " + "\n  ".join(lines)
 
 
+def _non_finite(value: Any, path: str) -> Iterator[tuple[str, float]]:
+    """``(dotted path, value)`` of every inf/nan float inside ``value`` (lists, mappings)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _non_finite(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _non_finite(item, f"{path}.{index}")
+
+
+def _check_finite(params: BaseModel, sources: dict[str, str]) -> None:
+    """No parameter holds inf or nan, however deep and whatever model declared it.
+
+    thub's own models reject them in pydantic (``allow_inf_nan=False``); this also covers
+    free-form mappings (``lr_scheduler_kwargs``) and a third-party plugin's parameter model.
+    """
+    problems = [
+        f"{path} (from {sources.get(name, 'default')}): Input should be a finite number, got {value!r}"
+        for name in type(params).model_fields
+        for path, value in _non_finite(getattr(params, name), name)
+    ]
+    if problems:
+        raise UsageError("invalid parameters:\n  " + "\n  ".join(problems))
+
+
 def resolve(
     registry: Registry,
     algorithm: str,
@@ -186,6 +214,7 @@ def resolve(
         params = model(**raw)
     except ValidationError as exc:
         raise UsageError(_format_validation_error(exc, sources)) from None
+    _check_finite(params, sources)
 
     resolved = ResolvedConfig(spec, chosen, params, sources, reason)
     _check_honoured(registry, resolved, allow_ignored)
