@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from thub.testing import imported_heavy_modules
@@ -49,3 +55,53 @@ def test_help_does_not_import_pydantic() -> None:
     # pydantic costs ~0.1 s at import: `thub --help` must list commands without it
     probe = _cli("--help") + "import sys\nassert 'pydantic' not in sys.modules, 'pydantic imported'\n"
     assert imported_heavy_modules(probe) == []
+
+
+# Every module `thub --help` may import beyond the standard library and click (issue 18: the
+# listing once imported 46 thub modules, doctor checks, data formats, yaml and every plugin).
+HELP_MODULES = {"thub", "thub.errors", "thub.cli", "thub.cli.main", "thub.cli.plugin_commands", "thub.discovery"}
+# What `thub train sft --help` must still not import: doctor checks, data handling, yaml, rich.
+TRAIN_HELP_FORBIDDEN = ("thub_builtins.checks.", "thub.data", "thub.envs.check", "thub.doctor", "yaml", "rich",
+                        "thub.runner.child", "thub.insight")
+
+
+def _modules_after(args: tuple[str, ...], cache: Path) -> list[str]:
+    """Modules outside the standard library that ``thub ARGS`` leaves in ``sys.modules``."""
+    probe = _cli(*args) + (
+        "import sys, json\n"
+        "std = set(sys.stdlib_module_names)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] not in std and not m.startswith('_'))))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")} | {"XDG_CACHE_HOME": str(cache)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_help_imports_only_the_listed_modules(tmp_path: Path) -> None:
+    cold = _modules_after(("--help",), tmp_path)  # first run: finds plugins and their commands, fills the cache
+    assert "thub.manager" in cold
+    warm = _modules_after(("--help",), tmp_path)
+    outside = [m for m in warm if m.split(".")[0] != "click" and m not in HELP_MODULES]
+    assert outside == [], f"`thub --help` imported {outside}; allowed: {sorted(HELP_MODULES)} and click"
+    assert (tmp_path / "thub" / "plugin-commands.json").exists()
+
+
+def test_train_help_imports_no_checks_data_or_yaml(tmp_path: Path) -> None:
+    _modules_after(("--help",), tmp_path)
+    warm = _modules_after(("train", "sft", "--help"), tmp_path)
+    bad = [m for m in warm if m.startswith(TRAIN_HELP_FORBIDDEN)]
+    assert bad == [], f"`thub train sft --help` imported {bad}"
+    assert "thub_builtins.params" in warm  # the options come from the parameter model
+
+
+def test_listed_short_help_is_each_commands_own(thub_cli) -> None:
+    import click
+
+    from thub.cli.main import COMMANDS, SHORT_HELP, cli
+
+    assert set(SHORT_HELP) == set(COMMANDS), "every built-in command needs its line in SHORT_HELP"
+    for name in COMMANDS:
+        command = cli.get_command(click.Context(cli), name)
+        assert command is not None
+        assert SHORT_HELP[name] == command.get_short_help_str(limit=300), f"SHORT_HELP[{name!r}] is out of date"

@@ -18,6 +18,7 @@ from thub.manager import load_registry
 from thub.specs import AlgorithmSpec, BackendSpec, CheckContext, CheckResult, CheckSpec, RewardSpec, RunEvent
 
 ROOT = Path(__file__).resolve().parents[1]
+CHAT = str(ROOT / "examples" / "data" / "chat.jsonl")  # a dry run checks its data
 
 
 def _make_distribution(root: Path, name: str, module_source: str) -> Path:
@@ -78,7 +79,7 @@ def test_broken_distribution_is_named_and_the_rest_works(broken_site: Path) -> N
     human = _thub(broken_site, "plugins")
     assert "thub_broken" in human.stderr and "failed at import" in human.stderr
     # training still works with the broken plugin installed
-    assert _thub(broken_site, "train", "sft", "--dry-run", "-b", "good", "--model-path", "m", "--data-path", "d",
+    assert _thub(broken_site, "train", "sft", "--dry-run", "-b", "good", "--model-path", "m", "--data-path", CHAT,
                  "--ckpt-output-dir", "o").returncode == 0
 
 
@@ -165,17 +166,17 @@ def test_every_hook_is_called(thub_plugin, thub_cli) -> None:
     plugin = _EveryHook()
     registry = thub_plugin(("toy", plugin))
     info = registry.plugins["toy"]
-    assert info.registered == {"algorithms": ["toy"], "backends": ["toyb"], "rewards": ["always_one"], "checks": ["toy.check"]}
+    assert info.registered == {"algorithms": ["toy"], "backends": ["toyb"], "rewards": ["always_one"],
+                               "checks": ["toy.check"], "commands": ["toy-hello"]}
     assert registry.backends["toyb"].provenance.plugin == "toy"
     assert registry.checks["toy.check"].run(CheckContext()).status == "ok"
-    plan = thub_cli("train", "toy", "--dry-run", "--json", "--model-path", "m", "--data-path", "d", "--ckpt-output-dir", "o")
+    plan = thub_cli("train", "toy", "--dry-run", "--json", "--model-path", "m", "--data-path", CHAT, "--ckpt-output-dir", "o")
     assert plan.exit_code == 0, plan.stderr
     assert plan.json()["translation"] == {"lr": 0.5}
     from thub.cli.main import LazyGroup, cli
 
-    cli.__dict__.pop("_from_plugins", None)  # commands are collected once per process
     assert thub_cli("toy-hello").stdout == "hello from toy\n"
-    cli.__dict__.pop("_from_plugins", None)
+    assert "toy-hello" in thub_cli("--help").stdout
     registry.fire(RunEvent("started", "/tmp/x", "toy", "toyb"))
     assert plugin.events[0].kind == "started"
     assert isinstance(cli, LazyGroup)
@@ -219,3 +220,85 @@ def test_a_plugin_can_wrap_another_translation(thub_plugin) -> None:
     plan = dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o")
     assert plan["translation"]["config"]["report_to"] == ["trackio"]
     assert plan["parameters"]["model_path"] == {"value": "m", "source": "api model_path"}
+
+
+@pytest.fixture(scope="module")
+def commands_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real distribution whose ``thub_register_commands`` raises, next to one with a working command."""
+    root = tmp_path_factory.mktemp("cmd-dists")
+    target = tmp_path_factory.mktemp("cmd-site")
+    bad = _make_distribution(root, "thub-badcmd", """
+        from thub import hookimpl
+
+        @hookimpl
+        def thub_register_commands(cli):
+            raise RuntimeError("command registration exploded")
+
+        @hookimpl
+        def thub_on_event(event):
+            print("EVENT RECEIVED BY FAILED PLUGIN")
+    """)
+    good = _make_distribution(root, "thub-goodcmd", """
+        import click
+        from thub import hookimpl
+
+        @hookimpl
+        def thub_register_commands(cli):
+            @cli.command(name="hello-goodcmd", short_help="say hello from a plugin")
+            def hello():
+                click.echo("hello from goodcmd")
+    """)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(bad), str(good)], check=True, capture_output=True)
+    return target
+
+
+def test_broken_command_registration_never_breaks_the_cli(commands_site: Path, tmp_path: Path) -> None:
+    # Issue 13 item 10: a raising thub_register_commands broke `thub --help` with a traceback,
+    # and `thub plugins`/`doctor` called the plugin healthy.
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for _ in range(2):  # the first run collects plugin commands, the second reads them from the cache
+        helped = _thub(commands_site, "--help", **cache)
+        assert helped.returncode == 0, helped.stderr
+        assert "Traceback" not in helped.stderr and "exploded" not in helped.stdout
+        assert "hello-goodcmd" in helped.stdout and "say hello from a plugin" in helped.stdout
+    assert _thub(commands_site, "hello-goodcmd", **cache).stdout == "hello from goodcmd\n"
+    data = json.loads(_thub(commands_site, "plugins", "--json", **cache).stdout)
+    failure = next(f for f in data["failures"] if f["name"] == "thub_badcmd")
+    assert failure["stage"] == "register commands" and "command registration exploded" in failure["error"]
+    assert failure["distribution"] == "thub-badcmd"
+    human = _thub(commands_site, "plugins", **cache)
+    assert "thub_badcmd" in human.stderr + human.stdout and "failed at register commands" in human.stderr
+    doctor = _thub(commands_site, "doctor", "core.python", "--json", **cache)
+    assert any(f["name"] == "thub_badcmd" and f["stage"] == "register commands"
+               for f in json.loads(doctor.stdout)["plugin_failures"])
+    unknown = _thub(commands_site, "no-such-command", **cache)
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+
+
+def test_a_failed_plugin_receives_no_run_events(thub_plugin, capsys) -> None:
+    class HalfBroken:
+        def __init__(self) -> None:
+            self.events: list[RunEvent] = []
+
+        @hookimpl
+        def thub_register_backends(self, register):
+            raise RuntimeError("registration bug")
+
+        @hookimpl
+        def thub_on_event(self, event):
+            self.events.append(event)
+
+    class Healthy:
+        def __init__(self) -> None:
+            self.events: list[RunEvent] = []
+
+        @hookimpl
+        def thub_on_event(self, event):
+            self.events.append(event)
+
+    broken, healthy = HalfBroken(), Healthy()
+    registry = thub_plugin(("half", broken), ("healthy", healthy), entry_points=False)
+    assert [f.stage for f in registry.failures if f.name == "half"] == ["register backends"]
+    registry.fire(RunEvent("started", "/tmp/x", "sft", "trl"))
+    assert broken.events == [] and [e.kind for e in healthy.events] == ["started"]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from thub.hookspecs import hookimpl
-
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "hookimpl", "train", "sft", "osft", "lora_sft", "grpo", "lora_grpo"]
@@ -20,9 +18,14 @@ _API = {"train", "sft", "osft", "lora_sft", "grpo", "lora_grpo", "dry_run"}
 
 if TYPE_CHECKING:
     from thub.api import dry_run, grpo, lora_grpo, lora_sft, osft, sft, train
+    from thub.hookspecs import hookimpl
 
 
 def __getattr__(name: str) -> Any:
+    if name == "hookimpl":  # pluggy is imported when a plugin needs it, not by `thub --help`
+        from thub.hookspecs import hookimpl
+
+        return hookimpl
     if name in _API:
         from thub import api
 

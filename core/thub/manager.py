@@ -19,12 +19,12 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 import pluggy
 
 from thub import hookspecs
+from thub.discovery import PluginEntryPoint, entry_points
 from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, Provenance, RewardSpec, RunEvent
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
@@ -81,6 +81,13 @@ class Registry:
     environments: dict[str, str] = field(default_factory=dict)
     # managed backends hidden because the current environment (or an earlier env) provides them
     shadowed: list[str] = field(default_factory=list)
+    # plugin commands (thub_register_commands): name -> click.Command, and name -> plugin
+    commands: dict[str, Any] = field(default_factory=dict)
+    command_plugins: dict[str, str] = field(default_factory=dict)
+
+    def failed_plugins(self) -> set[str]:
+        """Names of loaded plugins with a recorded failure: they receive no run events."""
+        return {failure.name for failure in self.failures}
 
     def algorithm(self, name: str) -> AlgorithmSpec:
         from thub.errors import UsageError, did_you_mean
@@ -111,7 +118,10 @@ class Registry:
 
     def fire(self, event: RunEvent) -> None:
         """Call ``thub_on_event`` on every plugin; an observer's crash never stops a run."""
+        failed = self.failed_plugins()
         for impl in self.pm.hook.thub_on_event.get_hookimpls():
+            if impl.plugin_name in failed:
+                continue  # a plugin that failed to register is not trusted with run events
             try:
                 impl.function(event=event)
             except Exception as exc:  # noqa: BLE001 - observers must not break training
@@ -135,12 +145,11 @@ def _names(variable: str) -> set[str] | None:
     return {part.strip() for part in value.split(",") if part.strip()}
 
 
-def _external_entry_points() -> Iterable[metadata.EntryPoint]:
+def _external_entry_points() -> Iterable[PluginEntryPoint]:
     allowed = _names("THUB_PLUGINS")
     disabled = _names("THUB_DISABLE_PLUGINS") or set()
-    for ep in metadata.entry_points(group="thub"):
-        dist = ep.dist.name if ep.dist else None
-        names = {ep.name, dist} - {None}
+    for ep in entry_points():  # cached per environment: reading metadata costs more than --help
+        names = {ep.name, ep.distribution} - {None}
         if names & disabled:
             continue
         if allowed is not None and not names & allowed:
@@ -165,9 +174,7 @@ class _Loader:
             self._add(module_name, lambda m=module_name: importlib.import_module(m), None, True)
         if load_entry_points:
             for ep in _external_entry_points():
-                dist = ep.dist.name if ep.dist else None
-                version = ep.dist.version if ep.dist else None
-                self._add(ep.name, ep.load, (dist, version), False)
+                self._add(ep.name, ep.load, (ep.distribution, ep.version), False)
         for name, plugin in self.extra_plugins:
             self._add(name, lambda p=plugin: p, None, False)
         self.pm.check_pending()  # every remaining plugin was validated in _add
@@ -253,6 +260,33 @@ class _Loader:
             # registration order: built-ins first, so a later duplicate is the one reported
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 self._collect_one(impl, kind, spec_type, target)
+        self._collect_commands()
+
+    def _collect_commands(self) -> None:
+        """Call each ``thub_register_commands`` alone: a raising one is a failure, not a crash."""
+        impls = self.pm.hook.thub_register_commands.get_hookimpls()
+        if not impls:
+            return  # click is imported only when some plugin adds commands
+        import click
+
+        from thub.cli.main import COMMANDS
+
+        for impl in impls:
+            info = self.registry.plugins[impl.plugin_name]
+            holder = click.Group()
+            try:
+                impl.function(cli=holder)
+                for name in holder.commands:
+                    if name in COMMANDS or name in self.registry.commands:
+                        owner = "thub" if name in COMMANDS else self.registry.command_plugins[name]
+                        raise ValueError(f"command {name!r} is already registered by {owner}")
+            except Exception as exc:  # noqa: BLE001 - one bad plugin must not break the CLI
+                self._fail(info.name, (info.distribution, info.version), "register commands", exc)
+                continue
+            for name, command in holder.commands.items():
+                self.registry.commands[name] = command
+                self.registry.command_plugins[name] = info.name
+                info.registered.setdefault("commands", []).append(name)
 
     def _collect_one(self, impl: pluggy.HookImpl, kind: str, spec_type: type, target: dict[str, Any]) -> None:
         info = self.registry.plugins[impl.plugin_name]

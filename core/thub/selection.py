@@ -5,9 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 from functools import cache
-from importlib import metadata
-
-from packaging.requirements import InvalidRequirement, Requirement
 
 from thub.errors import UsageError
 from thub.manager import Registry
@@ -18,6 +15,8 @@ def installed_version(distribution: str | None) -> str | None:
     """The installed version of ``distribution`` from its metadata (nothing imported), or None."""
     if not distribution:
         return None
+    from importlib import metadata  # imported on use: plugins import this module at start-up
+
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
@@ -26,6 +25,10 @@ def installed_version(distribution: str | None) -> str | None:
 
 def requirement_problem(specifier: str) -> str | None:
     """None if ``specifier`` is satisfied by an installed distribution, else what is wrong."""
+    from importlib import metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         requirement = Requirement(specifier)
     except InvalidRequirement as exc:

@@ -43,27 +43,62 @@ class Failure(click.ClickException):
         self.exit_code = exit_code
 
 
+# command name -> its one-line help in `thub --help`, so that listing imports no command module
+# (tests/test_cli_registration.py checks each against the command's own docstring).
+SHORT_HELP: dict[str, str] = {
+    "train": "Train: thub train ALGORITHM [--backend B] [--config F] [--PARAM VALUE ...].",
+    "plugins": "List loaded plugins, what each registered, and plugins that failed to load.",
+    "algorithms": "List algorithms and the backends that run them.",
+    "backends": "List backends, the algorithms they run and whether they can run here.",
+    "config": "Configuration helpers (JSON Schema, YAML template).",
+    "doctor": "Check this environment for everything known to break training, with the fix for each.",
+    "env": "Print a copy-paste report of this environment for bug reports.",
+    "data": "Validate, preview, measure and prepare training data.",
+    "runs": "Inspect, follow and cancel runs (local or SLURM) by their run directory.",
+    "estimate": "Memory per GPU before a run: thub estimate ALGORITHM --model-path PATH [--gpus N] [--PARAM VALUE ...].",
+    "plot": "Plot loss (or reward, or any metric) against the step for one or more runs.",
+    "history": "Run history: list runs under a directory, show one, diff two.",
+    "install": "Install backend plugins and their training libraries.",
+    "uninstall": "Remove a backend: its managed environment, or its plugin from the current environment.",
+    "envs": "Managed environments: list, show, remove, export a lock.",
+    "clusters": "List cluster profiles and where each came from; exit 2 if a profile file is invalid.",
+}
+
+
 class LazyGroup(click.Group):
-    """Lists built-in commands without importing them; adds plugin commands on demand."""
-
-    def _plugin_commands(self) -> dict[str, click.Command]:
-        if not hasattr(self, "_from_plugins"):
-            from thub.manager import get_registry
-
-            holder = click.Group()
-            get_registry().pm.hook.thub_register_commands(cli=holder)
-            self._from_plugins = dict(holder.commands)
-        return self._from_plugins
+    """Lists commands without importing them: built-ins by name and import string, plugin
+    commands from a cache (thub.cli.plugin_commands); a command is imported when invoked."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        available = [name for name in COMMANDS if _module_exists(COMMANDS[name])]
-        return sorted(set(available) | set(self._plugin_commands()))
+        from thub.cli.plugin_commands import listing
+
+        return sorted(set(COMMANDS) | set(listing()))
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in COMMANDS and _module_exists(COMMANDS[name]):
+        if name in COMMANDS:
             module_name, _, attribute = COMMANDS[name].partition(":")
             return getattr(importlib.import_module(module_name), attribute)
-        return self._plugin_commands().get(name)
+        from thub.manager import get_registry
+
+        return get_registry().commands.get(name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own version calls get_command() on every name, importing every command module
+        from thub.cli.plugin_commands import listing
+
+        plugin = listing()
+        names = sorted(set(COMMANDS) | set(plugin))
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            text = SHORT_HELP.get(name) if name in COMMANDS else plugin.get(name, "")
+            if text is None:  # a built-in without a listed help: ask the command itself
+                command = self.get_command(ctx, name)
+                text = command.get_short_help_str(limit=300) if command is not None else ""
+            rows.append((name, _shorten(text, limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -72,10 +107,17 @@ class LazyGroup(click.Group):
             raise Failure(str(exc), exc.exit_code) from None
 
 
-def _module_exists(target: str) -> bool:
-    from importlib.util import find_spec
-
-    return find_spec(target.partition(":")[0]) is not None
+def _shorten(text: str, limit: int) -> str:
+    """Cut ``text`` at a word boundary to ``limit`` characters with '...', as click lists commands."""
+    if len(text) <= limit:
+        return text
+    words, used = [], 0
+    for word in text.split():
+        if used + len(word) + (1 if words else 0) > limit - 3:
+            break
+        words.append(word)
+        used += len(word) + (1 if len(words) > 1 else 0)
+    return " ".join(words).rstrip(",;:.") + "..."
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

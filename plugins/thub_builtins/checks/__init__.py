@@ -10,41 +10,56 @@ Tags: ``preflight`` (quick; ``thub train`` runs these first), ``gpu``, ``securit
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from typing import Any
 
 from thub import hookimpl
 from thub.specs import CheckSpec
-from thub.envs.check import check_managed_envs
-from thub_builtins.checks import gpu, libs, storage, system
+
+
+def _lazy(target: str) -> Callable[..., Any]:
+    """The check function ``module:function``, imported on its first call: registering the checks
+    (every registry load, so `thub train ... --help`) imports none of the check modules."""
+    module_name, _, name = target.partition(":")
+    if "." not in module_name:
+        module_name = f"thub_builtins.checks.{module_name}"
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module_name), name)(*args, **kwargs)
+
+    run.__name__ = run.__qualname__ = name
+    return run
+
 
 _P, _GPU, _SLOW, _SEC = "preflight", "gpu", "slow", "security"
 _DOCS = "docs/doctor.md"
 
 # (id, title, run, tags, timeout seconds, applies)
 _CHECKS: tuple[tuple[str, str, Callable, frozenset[str], float, Callable | None], ...] = (
-    ("core.python", "Python version", system.check_python, frozenset({_P}), 5, None),
-    ("core.plugins", "Plugins load", system.check_plugins, frozenset(), 5, None),
-    ("core.backend-requirements", "Backend requirements", system.check_backend_requirements, frozenset({_P}), 10, None),
-    ("core.conflicts", "Installed requirements agree", system.check_conflicts, frozenset({_P}), 20, None),
-    ("core.managed-envs", "Managed environments match their manifests", check_managed_envs, frozenset(), 10, None),
-    ("core.compromised", "Known-compromised releases", system.check_compromised, frozenset({_P, _SEC}), 10, None),
-    ("core.tmpdir", "TMPDIR usable", storage.check_tmpdir, frozenset({_P}), 5, None),
-    ("core.socket-paths", "Socket paths fit AF_UNIX", storage.check_socket_paths, frozenset({_P}), 5, None),
-    ("core.disk", "Free disk space", storage.check_disk, frozenset({_P}), 10, None),
-    ("core.output-dir", "Output directory writable", storage.check_output_dir, frozenset({_P}), 5, None),
-    ("core.hf-env", "Hugging Face settings", storage.check_hf_env, frozenset({_P}), 5, None),
-    ("core.env-vars", "Obsolete or debugging variables", storage.check_leftover_env, frozenset({_P}), 5, None),
-    ("core.gpus", "GPUs visible", gpu.check_gpus, frozenset({_P, _GPU}), 25, None),
-    ("core.gpu-memory", "GPU memory held by other processes", gpu.check_gpu_memory, frozenset({_P, _GPU}), 45, None),
-    ("core.cuda-driver", "torch CUDA build vs driver", gpu.check_cuda_driver, frozenset({_P, _GPU}), 25, None),
-    ("core.nccl", "NCCL library matches pip metadata", libs.check_nccl, frozenset({_P, _GPU}), 40, None),
-    ("core.flashinfer", "flashinfer versions agree", libs.check_flashinfer, frozenset({_P, _GPU}), 5, None),
-    ("core.gdn-kernels", "GatedDeltaNet kernel toolchain", libs.check_gdn_kernels, frozenset({_GPU}), 45, None),
-    ("core.stale-ray", "Leftover Ray processes", libs.check_stale_ray, frozenset({_GPU}), 10, None),
-    ("core.torch", "torch imports", gpu.check_torch, frozenset({_SLOW, _GPU}), 120, None),
-    ("core.flash-attn", "flash-attn loads against torch", libs.check_flash_attn, frozenset({_SLOW, _GPU}), 120, None),
-    ("core.vllm", "vLLM extension loads", libs.check_vllm, frozenset({_SLOW, _GPU}), 120, None),
-    ("core.caches", "Cache sizes", storage.check_caches, frozenset({_SLOW}), 30, None),
+    ("core.python", "Python version", _lazy("system:check_python"), frozenset({_P}), 5, None),
+    ("core.plugins", "Plugins load", _lazy("system:check_plugins"), frozenset(), 5, None),
+    ("core.backend-requirements", "Backend requirements", _lazy("system:check_backend_requirements"), frozenset({_P}), 10, None),
+    ("core.conflicts", "Installed requirements agree", _lazy("system:check_conflicts"), frozenset({_P}), 20, None),
+    ("core.managed-envs", "Managed environments match their manifests", _lazy("thub.envs.check:check_managed_envs"), frozenset(), 10, None),
+    ("core.compromised", "Known-compromised releases", _lazy("system:check_compromised"), frozenset({_P, _SEC}), 10, None),
+    ("core.tmpdir", "TMPDIR usable", _lazy("storage:check_tmpdir"), frozenset({_P}), 5, None),
+    ("core.socket-paths", "Socket paths fit AF_UNIX", _lazy("storage:check_socket_paths"), frozenset({_P}), 5, None),
+    ("core.disk", "Free disk space", _lazy("storage:check_disk"), frozenset({_P}), 10, None),
+    ("core.output-dir", "Output directory writable", _lazy("storage:check_output_dir"), frozenset({_P}), 5, None),
+    ("core.hf-env", "Hugging Face settings", _lazy("storage:check_hf_env"), frozenset({_P}), 5, None),
+    ("core.env-vars", "Obsolete or debugging variables", _lazy("storage:check_leftover_env"), frozenset({_P}), 5, None),
+    ("core.gpus", "GPUs visible", _lazy("gpu:check_gpus"), frozenset({_P, _GPU}), 25, None),
+    ("core.gpu-memory", "GPU memory held by other processes", _lazy("gpu:check_gpu_memory"), frozenset({_P, _GPU}), 45, None),
+    ("core.cuda-driver", "torch CUDA build vs driver", _lazy("gpu:check_cuda_driver"), frozenset({_P, _GPU}), 25, None),
+    ("core.nccl", "NCCL library matches pip metadata", _lazy("libs:check_nccl"), frozenset({_P, _GPU}), 40, None),
+    ("core.flashinfer", "flashinfer versions agree", _lazy("libs:check_flashinfer"), frozenset({_P, _GPU}), 5, None),
+    ("core.gdn-kernels", "GatedDeltaNet kernel toolchain", _lazy("libs:check_gdn_kernels"), frozenset({_GPU}), 45, None),
+    ("core.stale-ray", "Leftover Ray processes", _lazy("libs:check_stale_ray"), frozenset({_GPU}), 10, None),
+    ("core.torch", "torch imports", _lazy("gpu:check_torch"), frozenset({_SLOW, _GPU}), 120, None),
+    ("core.flash-attn", "flash-attn loads against torch", _lazy("libs:check_flash_attn"), frozenset({_SLOW, _GPU}), 120, None),
+    ("core.vllm", "vLLM extension loads", _lazy("libs:check_vllm"), frozenset({_SLOW, _GPU}), 120, None),
+    ("core.caches", "Cache sizes", _lazy("storage:check_caches"), frozenset({_SLOW}), 30, None),
 )
 
 
