@@ -32,6 +32,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "thub_builtins.rewards",
     "thub_builtins.checks",
     "thub_builtins.kubeflow",
+    "thub_builtins.trackers",
 )
 
 # spec kind -> (hook name, spec type)

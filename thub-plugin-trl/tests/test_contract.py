@@ -76,8 +76,10 @@ def test_grpo_translation() -> None:
 def test_loggers_map_to_report_to_and_environment() -> None:
     plan = _plan("sft", wandb_project="p", wandb_entity="e", tensorboard_log_dir="tb", mlflow_tracking_uri="file:///x")
     assert plan["config"]["report_to"] == ["wandb", "tensorboard", "mlflow"]
-    assert plan["config"]["logging_dir"] == "tb"
-    assert plan["environment"] == {"WANDB_PROJECT": "p", "WANDB_ENTITY": "e", "MLFLOW_TRACKING_URI": "file:///x"}
+    assert "logging_dir" not in plan["config"]  # transformers 5 has no such TrainingArguments field
+    assert plan["config"]["run_name"] == "out"  # the run directory's name
+    assert plan["environment"] == {"WANDB_PROJECT": "p", "WANDB_ENTITY": "e", "WANDB_DIR": "out",
+                                   "TENSORBOARD_LOGGING_DIR": "tb", "MLFLOW_TRACKING_URI": "file:///x"}
 
 
 def test_unhonoured_parameter_is_rejected() -> None:

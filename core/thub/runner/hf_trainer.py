@@ -28,25 +28,45 @@ def optional_training_args(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def report_settings(params: Mapping[str, Any]) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-    """``report_to``, environment variables and extra TrainingArguments for the loggers set."""
+    """``report_to``, environment variables and extra TrainingArguments for the trackers set.
+
+    HF Trainer's own integrations log (the ``library`` route of :mod:`thub.trackers`); the run
+    name defaults to the run directory's name, and W&B's local files go to the run directory
+    unless ``WANDB_DIR`` is set.
+    """
+    from thub.trackers import hf_run_name, wandb_dir
+
     report_to, env, extra = [], {}, {}
     if params.get("wandb_project"):
         report_to.append("wandb")
         env["WANDB_PROJECT"] = params["wandb_project"]
+        env["WANDB_DIR"] = wandb_dir(params)
         if params.get("wandb_entity"):
             env["WANDB_ENTITY"] = params["wandb_entity"]
     if params.get("tensorboard_log_dir"):
         report_to.append("tensorboard")
-        extra["logging_dir"] = params["tensorboard_log_dir"]
+        # transformers 5 has no TrainingArguments.logging_dir: TensorBoardCallback reads this variable
+        env["TENSORBOARD_LOGGING_DIR"] = params["tensorboard_log_dir"]
     if params.get("mlflow_tracking_uri"):
         report_to.append("mlflow")
         env["MLFLOW_TRACKING_URI"] = params["mlflow_tracking_uri"]
         if params.get("mlflow_experiment_name"):
             env["MLFLOW_EXPERIMENT_NAME"] = params["mlflow_experiment_name"]
-    run_name = params.get("wandb_run_name") or params.get("mlflow_run_name")
-    if run_name:
-        extra["run_name"] = run_name
+    if {"wandb", "mlflow"} & set(report_to) or params.get("wandb_run_name") or params.get("mlflow_run_name"):
+        extra["run_name"] = hf_run_name(params)
     return report_to or ["none"], env, extra
+
+
+def with_legacy_logging_dir(config_class: type, config: Mapping[str, Any], environment: Mapping[str, str]) -> dict[str, Any]:
+    """``config`` plus ``logging_dir`` where the installed TrainingArguments still has that field
+    (transformers 4.x's TensorBoardCallback reads it instead of ``TENSORBOARD_LOGGING_DIR``)."""
+    import dataclasses
+
+    config = dict(config)
+    names = {f.name for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class) else set()
+    if environment.get("TENSORBOARD_LOGGING_DIR") and "logging_dir" in names:
+        config["logging_dir"] = environment["TENSORBOARD_LOGGING_DIR"]
+    return config
 
 
 def metrics_callback(context: RunContext) -> Any:
@@ -71,6 +91,14 @@ def metrics_callback(context: RunContext) -> Any:
                 line["tokens_per_second"] = (tokens - self.last_tokens) / (now - self.last_time)
             self.last_tokens, self.last_time = tokens, now
             context.metrics.log(state.global_step, max_steps=state.max_steps, **line)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            # after the report_to integrations opened their runs (they come first in the callback list)
+            report_to = [r for r in (args.report_to or []) if r != "none"]
+            if state.is_world_process_zero and report_to:
+                from thub.trackers.library import annotate_library_runs
+
+                annotate_library_runs(context, report_to, via="HF Trainer")
 
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             if context.stop_requested:

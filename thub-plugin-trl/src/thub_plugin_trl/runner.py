@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from thub.runner.context import RunContext
-from thub.runner.hf_trainer import metrics_callback
+from thub.runner.hf_trainer import metrics_callback, with_legacy_logging_dir
 from thub_plugin_trl.translate import translate
 
 
@@ -137,7 +137,7 @@ def run(context: RunContext) -> dict[str, Any]:
 
         peft_config = LoraConfig(**plan["peft"])
     config_class = getattr(trl, plan["config_class"])
-    config = config_class(**plan["config"])
+    config = config_class(**with_legacy_logging_dir(config_class, plan["config"], plan["environment"]))
     callbacks = [metrics_callback(context)]
     if plan["trainer"] == "SFTTrainer":
         train_dataset, eval_dataset = _sft_dataset(context, plan, tokenizer)

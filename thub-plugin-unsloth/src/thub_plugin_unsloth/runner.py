@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from thub.runner.context import RunContext
-from thub.runner.hf_trainer import metrics_callback
+from thub.runner.hf_trainer import metrics_callback, with_legacy_logging_dir
 from thub_plugin_unsloth.translate import translate
 
 _PATCHED_LATE = ("trl", "transformers", "peft")
@@ -111,7 +111,7 @@ def run(context: RunContext) -> dict[str, Any]:
         tokenizer.pad_token = tokenizer.eos_token
     model = unsloth.FastLanguageModel.get_peft_model(model, **plan["lora"])
     train_dataset, eval_dataset = _datasets(params, plan, tokenizer)
-    config = trl.SFTConfig(**config_kwargs)
+    config = trl.SFTConfig(**with_legacy_logging_dir(trl.SFTConfig, config_kwargs, plan["environment"]))
     trainer = trl.SFTTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=train_dataset,
                              eval_dataset=eval_dataset, data_collator=LabelPadCollator(tokenizer.pad_token_id),
                              callbacks=[metrics_callback(context)])

@@ -1,0 +1,187 @@
+"""Experiment trackers (TensorBoard, MLflow, Weights & Biases): one definition of each, and how a
+run reaches it.
+
+Every backend supports every tracker, by one of two routes (:func:`routes`):
+
+* ``library``: the backend honours the tracker's parameters (lists them in its ``algorithms``
+  and maps them in its translation); the training library logs itself (HF Trainer's
+  ``report_to``, verl's loggers, ...).
+* ``thub``: the backend honours none of them; thub logs the unified metrics stream
+  (``training_metrics.jsonl``) from the parent process (:mod:`thub.trackers.sink`, fed by the
+  built-in ``thub_on_event`` plugin ``thub_builtins.trackers``).
+
+Either way the run name defaults to the run directory's name, the resolved parameters with their
+sources (secrets redacted) go to the tracker's params/config, and ``trackers.json`` in the run
+directory records where the run went (``thub history show`` / ``thub runs status`` print it).
+
+Pure Python: no tracker package is imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from thub.specs import BackendSpec
+
+RECORD_FILE = "trackers.json"
+
+
+@dataclass(frozen=True)
+class Tracker:
+    """One experiment tracker: the parameter that turns it on, all of its parameters, its package."""
+
+    name: str
+    title: str
+    key: str
+    params: tuple[str, ...]
+    module: str
+    install: str
+
+
+TRACKERS: tuple[Tracker, ...] = (
+    Tracker("tensorboard", "TensorBoard", "tensorboard_log_dir", ("tensorboard_log_dir",), "tensorboard",
+            "pip install 'tensorboard>=2.14'"),
+    Tracker("mlflow", "MLflow", "mlflow_tracking_uri",
+            ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name"), "mlflow",
+            "pip install 'mlflow-skinny>=3'   # or the full: pip install mlflow"),
+    Tracker("wandb", "Weights & Biases", "wandb_project", ("wandb_project", "wandb_entity", "wandb_run_name"),
+            "wandb", "pip install wandb"),
+)
+BY_NAME: dict[str, Tracker] = {t.name: t for t in TRACKERS}
+TRACKER_PARAMS: frozenset[str] = frozenset(p for t in TRACKERS for p in t.params)
+
+
+def enabled(params: Mapping[str, Any]) -> list[Tracker]:
+    """The trackers a run's parameters turn on (their ``key`` parameter is set)."""
+    return [t for t in TRACKERS if params.get(t.key)]
+
+
+def route(backend: BackendSpec, algorithm: str, tracker: Tracker) -> str:
+    """``"library"`` when the backend honours any of the tracker's parameters, else ``"thub"``."""
+    return "library" if backend.honours(algorithm) & set(tracker.params) else "thub"
+
+
+def routes(backend: BackendSpec, algorithm: str) -> dict[str, str]:
+    """Tracker name -> ``"library"`` or ``"thub"`` for this backend and algorithm."""
+    return {t.name: route(backend, algorithm, t) for t in TRACKERS}
+
+
+def parent_logged_params(backend: BackendSpec, algorithm: str) -> frozenset[str]:
+    """Tracker parameters thub honours itself for this backend (those of ``thub``-routed trackers).
+
+    A tracker the library logs keeps the backend's own list: a parameter of it that the backend
+    does not map (e.g. verl's MLflow has no experiment name) stays an error.
+    """
+    return frozenset(p for t in TRACKERS if route(backend, algorithm, t) == "thub" for p in t.params)
+
+
+def run_name(params: Mapping[str, Any], tracker: str) -> str:
+    """The tracker's run name: its ``*_run_name`` parameter, else the run directory's name."""
+    explicit = params.get(f"{tracker}_run_name")
+    if explicit:
+        return str(explicit)
+    return Path(os.path.abspath(str(params["ckpt_output_dir"]))).name
+
+
+def hf_run_name(params: Mapping[str, Any]) -> str:
+    """The one ``TrainingArguments.run_name`` HF Trainer gives both W&B and MLflow."""
+    from thub.errors import UsageError
+
+    names = {t: params.get(f"{t}_run_name") for t in ("wandb", "mlflow") if params.get(f"{t}_run_name")}
+    if len(set(names.values())) > 1:
+        raise UsageError("wandb_run_name and mlflow_run_name differ, but HF Trainer has one run_name "
+                         f"({names['wandb']!r} vs {names['mlflow']!r}); set one of them, or both the same")
+    return next(iter(names.values()), None) or run_name(params, "wandb")
+
+
+def wandb_dir(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str:
+    """Where W&B keeps its local files: ``WANDB_DIR`` if set, else the run directory."""
+    environ = os.environ if environ is None else environ
+    return environ.get("WANDB_DIR") or str(params["ckpt_output_dir"])
+
+
+# --- secrets ------------------------------------------------------------------------------------
+
+_SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "credential", "credentials", "apikey",
+                           "key", "auth"})
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+REDACTED = "<redacted>"
+
+
+def redact_value(name: str, value: Any) -> Any:
+    """``value`` fit to be logged under ``name``: a secret-named parameter (``*_token``, ``api_key``,
+    ...; judged by whole words, so ``max_tokens`` is not one) becomes ``<redacted>``, and
+    credentials in URLs (``https://user:pass@host``) are stripped, also inside lists and dicts."""
+    try:  # one redaction module for the whole of thub, when it is there
+        from thub import redact as shared  # type: ignore[attr-defined]
+
+        return shared.redact_value(name, value)
+    except (ImportError, AttributeError):
+        pass
+    if set(re.split(r"[^a-z0-9]+", name.lower())) & _SECRET_WORDS:
+        return REDACTED
+    if isinstance(value, str):
+        return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", value)
+    if isinstance(value, list):
+        return [redact_value(name, v) for v in value]
+    if isinstance(value, dict):
+        return {k: redact_value(str(k), v) for k, v in value.items()}
+    return value
+
+
+def run_metadata(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What goes to the tracker's params/config, from ``thub_run.json``: algorithm, backend,
+    versions and every resolved parameter with its source, secrets redacted."""
+    return {
+        "algorithm": record.get("algorithm"),
+        "backend": record.get("backend"),
+        "versions": record.get("versions", {}),
+        "parameters": {name: {"value": redact_value(name, entry.get("value")), "source": entry.get("source")}
+                       for name, entry in (record.get("parameters") or {}).items()},
+    }
+
+
+def metadata_markdown(metadata: Mapping[str, Any]) -> str:
+    """The metadata as a Markdown table (TensorBoard's text tab)."""
+    rows = [f"| `{name}` | `{entry['value']!r}` | {entry['source']} |"
+            for name, entry in metadata["parameters"].items()]
+    return (f"thub run: **{metadata['algorithm']}** on **{metadata['backend']}**\n\n"
+            "| parameter | value | source |\n|---|---|---|\n" + "\n".join(rows))
+
+
+# --- trackers.json ------------------------------------------------------------------------------
+
+def read_record(run_dir: str | Path) -> dict[str, Any]:
+    """``trackers.json`` of a run: tracker name -> where its run is (empty when none)."""
+    from thub.runner.rundir import read_json
+
+    return read_json(Path(run_dir) / RECORD_FILE) or {}
+
+
+def update_record(run_dir: str | Path, tracker: str, info: Mapping[str, Any], *, reset: bool = False) -> None:
+    """Merge ``info`` into the tracker's entry of ``trackers.json`` (atomically)."""
+    from thub.runner.rundir import write_json_atomic
+
+    record = {} if reset else read_record(run_dir)
+    record[tracker] = {**record.get(tracker, {}), **{k: v for k, v in info.items() if v is not None}}
+    write_json_atomic(Path(run_dir) / RECORD_FILE, record)
+
+
+def describe(tracker: str, info: Mapping[str, Any]) -> str:
+    """One line for ``thub history show`` / ``thub runs status``: where the tracker's run is."""
+    parts = [tracker]
+    if info.get("run_id"):
+        parts.append(f"run {info['run_id']}")
+    for key in ("path", "log_dir", "tracking_uri"):
+        if info.get(key):
+            parts.append(str(info[key]))
+            break
+    if info.get("route"):
+        parts.append(f"(logged by {'thub' if info['route'] == 'thub' else info.get('via') or 'the library'})")
+    return " ".join(parts)
