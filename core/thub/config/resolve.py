@@ -224,7 +224,10 @@ def resolve(
 def _check_honoured(registry: Registry, resolved: ResolvedConfig, allow_ignored: bool) -> None:
     """A parameter the user set that the backend does not honour is an error, never a drop."""
     algorithm, backend = resolved.algorithm.name, resolved.backend
-    honoured = backend.honours(algorithm) | CORE_HANDLED
+    from thub.trackers import parent_logged_params
+
+    # a tracker the backend's library does not log, thub logs from the parent (thub.trackers)
+    honoured = backend.honours(algorithm) | CORE_HANDLED | parent_logged_params(backend, algorithm)
     problems = []
     for name in sorted(resolved.user_set() - honoured):
         others = [b.name for b in registry.backends_for(algorithm) if name in b.honours(algorithm)]

@@ -192,6 +192,9 @@ def run_training(
     params = resolved.values()
     run_dir = RunDirectory(Path(params["ckpt_output_dir"]))
     _validate_data(resolved)
+    from thub.trackers.check import validate as validate_trackers
+
+    validate_trackers(resolved)  # a missing tracker package or unreachable store: exit 2, nothing written
     _preflight(resolved, force=force_launch)
     run_dir.prepare(overwrite=overwrite, resume=resume)
 
