@@ -53,9 +53,14 @@ CATALOG: dict[str, PluginEntry] = {
                     notes="openpipe-art; [backend] pins a CUDA torch 2.10"),
         PluginEntry("verl", "thub-plugin-verl", "thub-plugin-verl", gpu_extras=("vllm",),
                     notes="verl; its extras pin torch 2.11 and vllm 0.24"),
+        PluginEntry("llamafactory", "thub-plugin-llamafactory", "thub-plugin-llamafactory",
+                    default_extras=("llamafactory",),
+                    notes="llamafactory 0.9.5 (transformers<=5.6, datasets<=4.0, trl<=0.24): conflicts with "
+                          "trl 1.16 and mini-trainer, use --into managed; trains on CPU or GPU"),
     )
 }
-ALIASES = {"minitrainer": "mini-trainer", "mini_trainer": "mini-trainer", "ilab": "instructlab"}
+ALIASES = {"minitrainer": "mini-trainer", "mini_trainer": "mini-trainer", "ilab": "instructlab",
+           "llama-factory": "llamafactory", "lf": "llamafactory"}
 
 
 @dataclass(frozen=True)

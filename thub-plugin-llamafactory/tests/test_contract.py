@@ -1,0 +1,125 @@
+"""thub's backend contract, and the translation into LLaMA-Factory's arguments (pure Python).
+
+LLaMA-Factory's own parser checks the same output in ``test_training.py`` (its managed environment).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from thub.config.resolve import resolve
+from thub.errors import UsageError
+from thub.manager import load_registry
+from thub.testing import BackendContract
+from thub_plugin_llamafactory.runner import lf_rows
+
+BASE = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
+
+
+class TestLlamaFactoryContract(BackendContract):
+    backend = "llamafactory"
+    plugin_module = "thub_plugin_llamafactory"
+    readme = Path(__file__).parents[1] / "README.md"
+    samples = {
+        "sft": {**BASE, "learning_rate": 1e-4, "packing": True},
+        "lora_sft": {**BASE, "lora_r": 4, "target_modules": ["q_proj", "v_proj"]},
+    }
+
+
+def _plan(algorithm: str, **params: Any) -> dict[str, Any]:
+    registry = load_registry()
+    resolved = resolve(registry, algorithm, backend="llamafactory", flags={**BASE, **params}, environ={})
+    return registry.translate(algorithm, "llamafactory", resolved.values())
+
+
+def test_sft_arguments() -> None:
+    plan = _plan("sft", max_steps=5, save_steps=2, warmup_steps=1, weight_decay=0.1, beta1=0.8)
+    args = plan["args"]
+    assert (args["stage"], args["finetuning_type"], args["do_train"]) == ("sft", "full", True)
+    assert (args["dataset"], args["dataset_dir"], args["output_dir"]) == ("thub_train", "out/llamafactory", "out/checkpoints")
+    assert (args["max_steps"], args["save_strategy"], args["save_steps"]) == (5, "steps", 2)
+    assert (args["warmup_steps"], args["weight_decay"], args["adam_beta1"]) == (1, 0.1, 0.8)
+    assert args["cutoff_len"] == 1024 and args["train_on_prompt"] is False
+    assert "template" not in args  # LLaMA-Factory parses the model's own chat template
+    assert args["disable_gradient_checkpointing"] is True
+    assert plan["command"] == "llamafactory-cli train out/llamafactory/train.yaml"
+    entry = plan["dataset_info"]["thub_train"]
+    assert entry["formatting"] == "sharegpt" and entry["file_name"] == "train.jsonl"
+    assert entry["tags"]["role_tag"] == "role" and entry["tags"]["assistant_tag"] == "assistant"
+
+
+def test_lora_and_pretraining_arguments() -> None:
+    args = _plan("lora_sft", lora_r=4, lora_alpha=8, lora_dropout=0.1, target_modules=["q_proj", "v_proj"],
+                 use_rslora=True)["args"]
+    assert (args["finetuning_type"], args["lora_rank"], args["lora_alpha"], args["lora_dropout"]) == ("lora", 4, 8, 0.1)
+    assert (args["lora_target"], args["use_rslora"], args["use_dora"]) == ("q_proj,v_proj", True, False)
+    assert _plan("lora_sft")["args"]["lora_target"] == "all"
+    pre = _plan("sft", is_pretraining=True, block_size=64)
+    # LLaMA-Factory takes one off cutoff_len when packing: 65 gives blocks of 64 tokens
+    assert (pre["args"]["stage"], pre["args"]["cutoff_len"], pre["args"]["packing"]) == ("pt", 65, True)
+    assert _plan("sft", packing=True, max_seq_len=128)["args"]["cutoff_len"] == 129
+    assert pre["dataset_info"]["thub_train"] == {"columns": {"prompt": "text"}, "file_name": "train.jsonl"}
+    assert "train_on_prompt" not in pre["args"]  # LLaMA-Factory rejects it outside sft
+
+
+@pytest.mark.parametrize(("batch", "nproc", "nnodes", "expected"), [
+    (8, None, None, (8, 1)), (32, None, None, (8, 4)), (96, 4, 2, (6, 2)), (12, 2, None, (6, 1)),
+])
+def test_effective_batch_split(batch: int, nproc: int | None, nnodes: int | None, expected: tuple[int, int]) -> None:
+    params: dict[str, Any] = {"effective_batch_size": batch}
+    if nproc:
+        params["nproc_per_node"] = nproc
+    if nnodes:
+        params["nnodes"] = nnodes
+    plan = _plan("sft", **params)
+    args = plan["args"]
+    assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"]) == expected
+    assert args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] * plan["world_size"] == batch
+
+
+def test_batch_that_does_not_divide_is_an_error() -> None:
+    with pytest.raises(UsageError, match="effective_batch_size 10 is not a multiple of the world size 8.*8, 16"):
+        _plan("sft", effective_batch_size=10, nproc_per_node=4, nnodes=2)
+
+
+def test_unhonoured_parameters_are_rejected() -> None:
+    with pytest.raises(UsageError, match="overlong"):
+        _plan("sft", overlong="drop")
+    with pytest.raises(UsageError, match="max_tokens_per_gpu"):
+        _plan("sft", max_tokens_per_gpu=4096)
+
+
+def test_loggers() -> None:
+    plan = _plan("sft", wandb_project="p", tensorboard_log_dir="tb", wandb_run_name="r")
+    assert plan["args"]["report_to"] == ["wandb", "tensorboard"]
+    assert plan["args"]["run_name"] == "r"
+    assert plan["environment"]["WANDB_PROJECT"] == "p"  # thub.runner.hf_trainer.report_settings, as for trl
+
+
+def test_rows_become_sharegpt_turns_and_tool_calls_function_calls() -> None:
+    rows = [{"messages": [
+        {"role": "system", "content": "s"}, {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "Sunny."}]}]
+    out = lf_rows(rows, ["d.jsonl:1"], pretraining=False, unmask_all=False)
+    roles = [m["role"] for m in out[0]["messages"]]
+    assert roles == ["system", "user", "function_call", "tool", "assistant"]
+    assert out[0]["messages"][2]["content"] == '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+    assert lf_rows([{"document": "text"}], [], pretraining=True, unmask_all=False) == [{"text": "text"}]
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}, "both text and tool_calls"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a",
+                                                       "reasoning_content": "r"}]}, "reasoning_content"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "unmask": True}, "unmask"),
+    ({"input_ids": [1], "labels": [1]}, "pre-tokenized"),
+])
+def test_rows_llamafactory_cannot_represent_are_errors(row: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError, match=f"d.jsonl:3: .*{message}"):
+        lf_rows([row], ["d.jsonl:3"], pretraining=False, unmask_all=False)

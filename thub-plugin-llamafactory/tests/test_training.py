@@ -1,0 +1,185 @@
+"""LLaMA-Factory for real, in its managed environment (``thub install llamafactory --into managed``):
+the translation parsed by LLaMA-Factory's own argument parser and dataset registry, a real CPU run
+of the tiny model through ``thub train``, SIGTERM -> checkpoint -> ``--resume``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from thub.config.resolve import resolve
+from thub.manager import load_registry
+from thub.runner.metrics import read_metrics
+
+pytestmark = [pytest.mark.slow, pytest.mark.install]
+
+# Runs in the managed environment: LLaMA-Factory's get_train_args (its HfArgumentParser over its
+# ModelArguments/DataArguments/Seq2SeqTrainingArguments/FinetuningArguments, unknown keys rejected,
+# then its own cross-checks) and its dataset registry reader on the generated dataset_info.json.
+PARSE = textwrap.dedent("""
+    import json, sys, yaml
+    from llamafactory.hparams import get_train_args
+    from llamafactory.data.parser import get_dataset_list
+    args = yaml.safe_load(open(sys.argv[1]))
+    model, data, training, finetuning, _ = get_train_args(args)
+    attr = get_dataset_list(data.dataset, data.dataset_dir)[0]
+    print(json.dumps({
+        "stage": finetuning.stage, "finetuning_type": finetuning.finetuning_type,
+        "lora_rank": finetuning.lora_rank, "lora_alpha": finetuning.lora_alpha, "lora_target": finetuning.lora_target,
+        "cutoff_len": data.cutoff_len, "dataset": data.dataset, "packing": data.packing,
+        "train_on_prompt": data.train_on_prompt,
+        "per_device_train_batch_size": training.per_device_train_batch_size,
+        "gradient_accumulation_steps": training.gradient_accumulation_steps,
+        "max_steps": training.max_steps, "learning_rate": training.learning_rate, "output_dir": training.output_dir,
+        "use_cpu": training.use_cpu, "save_steps": training.save_steps,
+        "disable_gradient_checkpointing": model.disable_gradient_checkpointing,
+        "formatting": attr.formatting, "file_name": attr.dataset_name, "role_tag": attr.role_tag,
+        "user_tag": attr.user_tag, "assistant_tag": attr.assistant_tag, "messages": attr.messages,
+        "prompt": attr.prompt,
+    }))
+""")
+
+
+def _plan(algorithm: str, tiny_model: Path, out: Path, **params: Any) -> dict[str, Any]:
+    registry = load_registry()
+    flags = {"model_path": str(tiny_model), "data_path": "d.jsonl", "ckpt_output_dir": str(out), **params}
+    resolved = resolve(registry, algorithm, backend="llamafactory", flags=flags, environ={})
+    return registry.translate(algorithm, "llamafactory", resolved.values())
+
+
+def _parse(lf_env: dict, plan: dict[str, Any], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    work = Path(plan["args"]["dataset_dir"])
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "dataset_info.json").write_text(json.dumps(plan["dataset_info"]))
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(plan["args"]))
+    return subprocess.run([lf_env["python"], "-c", PARSE, str(config)], capture_output=True, text=True,
+                          timeout=300, env=lf_env["environ"], cwd=tmp_path)
+
+
+@pytest.mark.parametrize("algorithm, params, expected", [
+    ("sft", {"effective_batch_size": 16, "max_steps": 7, "save_steps": 3, "unmask_messages": True},
+     {"stage": "sft", "finetuning_type": "full", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
+      "max_steps": 7, "save_steps": 3, "train_on_prompt": True, "formatting": "sharegpt", "role_tag": "role",
+      "user_tag": "user", "assistant_tag": "assistant", "messages": "messages", "cutoff_len": 1024}),
+    ("lora_sft", {"lora_r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], "effective_batch_size": 6,
+                  "nproc_per_node": 3},
+     {"stage": "sft", "finetuning_type": "lora", "lora_rank": 4, "lora_alpha": 8, "lora_target": ["q_proj", "v_proj"],
+      "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1}),
+    ("sft", {"is_pretraining": True, "block_size": 64},
+     {"stage": "pt", "packing": True, "cutoff_len": 64, "formatting": "alpaca", "prompt": "text"}),
+])
+def test_llamafactory_parses_the_translation(lf_env: dict, tiny_model: Path, tmp_path: Path, algorithm: str,
+                                             params: dict[str, Any], expected: dict[str, Any]) -> None:
+    plan = _plan(algorithm, tiny_model, tmp_path / "run", **params)
+    done = _parse(lf_env, plan, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parsed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert parsed["dataset"] == ["thub_train"] and parsed["file_name"] == "train.jsonl"
+    assert parsed["output_dir"] == f"{tmp_path}/run/checkpoints" and parsed["use_cpu"] is True
+    assert parsed["disable_gradient_checkpointing"] is True
+    assert {k: parsed[k] for k in expected} == expected
+
+
+def test_llamafactory_rejects_what_it_does_not_know(lf_env: dict, tiny_model: Path, tmp_path: Path) -> None:
+    # the parse is real: a key LLaMA-Factory does not have fails there (so thub's keys all exist)
+    plan = _plan("sft", tiny_model, tmp_path / "run")
+    plan["args"]["max_seq_len"] = 128
+    done = _parse(lf_env, plan, tmp_path)
+    assert done.returncode != 0 and "Some keys are not used by the HfArgumentParser" in done.stderr
+
+
+def thub(lf_env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True,
+                          env=lf_env["environ"], timeout=timeout)
+
+
+def common(model: Path, data: Path, out: Path) -> list[str]:
+    return ["--backend", "llamafactory", "--model-path", str(model), "--data-path", str(data),
+            "--ckpt-output-dir", str(out)]
+
+
+def test_dry_run_shows_yaml_dataset_entry_and_command(lf_env: dict, tiny_model: Path, demo_data: Path,
+                                                      tmp_path: Path) -> None:
+    out = tmp_path / "dry"
+    done = thub(lf_env, "train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout + done.stderr
+    assert f"llamafactory-cli train {out}/llamafactory/train.yaml" in text
+    assert "stage: sft" in text and "formatting: sharegpt" in text and "gradient_accumulation_steps: 1" in text
+    assert not out.exists()
+
+
+def test_real_cpu_run_metrics_and_checkpoints(lf_env: dict, tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sft"
+    done = thub(lf_env, "train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "6",
+                "--save-steps", "3", "--learning-rate", "5e-3", "--effective-batch-size", "4", "--json")
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "succeeded", result
+    record = json.loads((out / "thub_run.json").read_text())
+    assert record["environment"]["kind"] == "managed" and record["environment"]["name"] == "llamafactory"
+    lines = read_metrics(out / "training_metrics.jsonl")
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    assert all(line["max_steps"] == 6 and "loss" in line and "learning_rate" in line for line in lines)
+    paths = [c["path"] for c in result["checkpoints"]]
+    assert str(out / "checkpoints" / "checkpoint-3") in paths and str(out / "checkpoints" / "checkpoint-6") in paths
+    assert result["final_checkpoint"] == str(out / "checkpoints")
+    assert (out / "checkpoints" / "model.safetensors").exists()
+    # LLaMA-Factory read thub's files: its own log and the generated YAML/dataset entry
+    assert (out / "checkpoints" / "trainer_log.jsonl").exists()
+    assert yaml.safe_load((out / "llamafactory" / "train.yaml").read_text())["stage"] == "sft"
+    rows = [json.loads(line) for line in (out / "llamafactory" / "train.jsonl").read_text().splitlines()]
+    assert rows[0]["messages"][0]["role"] == "system"
+
+
+@pytest.mark.parametrize("algorithm, extra, data", [
+    ("lora_sft", ["--lora-r", "4"], "chat.jsonl"),
+    ("sft", ["--is-pretraining", "--block-size", "32"], "documents.jsonl"),
+])
+def test_lora_and_pretraining_runs(lf_env: dict, tiny_model: Path, demo_data: Path, tmp_path: Path,
+                                   algorithm: str, extra: list[str], data: str) -> None:
+    out = tmp_path / algorithm
+    done = thub(lf_env, "train", algorithm, *common(tiny_model, demo_data / data, out), "--max-steps", "2", *extra)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert json.loads((out / "result.json").read_text())["status"] == "succeeded"
+    assert [line["step"] for line in read_metrics(out / "training_metrics.jsonl")] == [1, 2]
+    if algorithm == "lora_sft":
+        assert (out / "checkpoints" / "adapter_model.safetensors").exists()
+
+
+def test_sigterm_checkpoints_and_resume_continues(lf_env: dict, tiny_model: Path, demo_data: Path,
+                                                  tmp_path: Path) -> None:
+    out = tmp_path / "resume"
+    args = ["train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "300",
+            "--effective-batch-size", "2"]
+    process = subprocess.Popen([sys.executable, "-m", "thub", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=lf_env["environ"])
+    deadline = time.time() + 300
+    while len(read_metrics(out / "training_metrics.jsonl")) < 5:
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        assert time.time() < deadline, "no progress"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr[-4000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "interrupted", result
+    stopped_at = read_metrics(out / "training_metrics.jsonl")[-1]["step"]
+    assert stopped_at < 300
+    assert result["final_checkpoint"] == str(out / "checkpoints" / f"checkpoint-{stopped_at}")
+
+    resumed = thub(lf_env, *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    lines = read_metrics(out / "training_metrics.jsonl")
+    assert [line["step"] for line in lines] == list(range(1, 301))
+    assert json.loads((out / "thub_run.json").read_text())["resume_from"].endswith(f"checkpoint-{stopped_at}")
