@@ -66,6 +66,41 @@ class AlgorithmSpec(_Registered):
 
 
 @dataclass(frozen=True)
+class MemoryPolicy:
+    """What a backend keeps on each GPU, as its library's code does it; ``thub estimate`` sizes
+    a run with it (docs/estimate.md, "Backend memory policies"). ``None`` in a field means "as
+    the run's parameters and the estimate's options say".
+
+    Attributes:
+        summary: one line naming the policy, printed by ``thub estimate``.
+        checkpointing: ``always`` (the library checkpoints every decoder block whatever the
+            parameters say), ``offloaded`` (checkpointed layer inputs kept in CPU memory, as
+            unsloth's ``use_gradient_checkpointing="unsloth"``), ``never``, or None (the
+            ``gradient_checkpointing`` parameter decides).
+        precision: ``bf16-mixed`` (fp32 weights, gradients and AdamW states, bf16 compute),
+            ``bf16`` (everything bf16), ``checkpoint`` (weights kept in the checkpoint's dtype:
+            bf16 checkpoints train in pure bf16, fp32 ones in bf16-mixed), or None.
+        sharding: ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` (the library's default), or None.
+        loss: ``fused`` (logits computed in chunks, never materialised whole), ``upcast`` (full
+            logits plus an fp32 copy for the loss), or None (fused when ``use_liger`` is set).
+        liger_fuses_loss: with ``loss="upcast"``, whether ``use_liger`` switches to a fused loss.
+        rollout: for GRPO, ``colocated`` (an inference engine on the same GPUs holds
+            ``gpu_memory_utilization`` of the memory) or ``in-process`` (generation with the
+            training model: KV cache only), or None.
+        source: where in the library's code these facts come from.
+    """
+
+    summary: str
+    checkpointing: Literal["always", "offloaded", "never"] | None = None
+    precision: Literal["bf16-mixed", "bf16", "checkpoint"] | None = None
+    sharding: Literal["ddp", "zero1", "zero2", "fsdp"] | None = None
+    loss: Literal["fused", "upcast"] | None = None
+    liger_fuses_loss: bool = True
+    rollout: Literal["colocated", "in-process"] | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class BackendSpec(_Registered):
     """A training library that runs one or more algorithms.
 
@@ -85,6 +120,8 @@ class BackendSpec(_Registered):
         install: a copy-pasteable command (shell comments allowed) that installs the backend's
             requirements; the fix ``core.backend-requirements`` prints when one is missing for the
             selected backend. ``None``: a pip command for the missing requirements.
+        memory: the backend's :class:`MemoryPolicy` for ``thub estimate``; ``None``: a generic
+            training loop as the parameters describe it.
     """
 
     name: str
@@ -99,6 +136,7 @@ class BackendSpec(_Registered):
     python: str | None = None
     docs: str | None = None
     install: str | None = None
+    memory: MemoryPolicy | None = None
     provenance: Provenance = Provenance()
 
     def honours(self, algorithm: str) -> frozenset[str]:

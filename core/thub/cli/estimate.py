@@ -45,7 +45,7 @@ def _estimation_registry(registry: Registry, algorithm: str, requested: str | No
 def run_estimate(algorithm: str, *, backend: str | None = None, config_file: str | None = None,
                  flags: dict[str, Any] | None = None, overrides: list[str] | None = None,
                  gpus: int | None = None, gpu_memory: str | int = "80GiB", sharding: str = "auto",
-                 precision: str = "bf16-mixed", environ: dict[str, str] | None = None) -> tuple[Any, Any]:
+                 precision: str = "auto", environ: dict[str, str] | None = None) -> tuple[Any, Any]:
     """Resolve the parameters like ``thub train`` would and estimate; returns (Estimate, resolved)."""
     import os
 
@@ -73,7 +73,7 @@ def run_estimate(algorithm: str, *, backend: str | None = None, config_file: str
         raise UsageError("--gpus must be at least 1")
     facts = load_facts(params["model_path"])
     setup = setup_from_params(algorithm, params, gpus=gpus, gpu_memory=parse_size(gpu_memory),
-                              sharding=sharding, precision=precision)
+                              sharding=sharding, precision=precision, policy=resolved.backend.memory, facts=facts)
     return estimate(facts, setup), resolved
 
 
@@ -90,6 +90,10 @@ def render(result: Any, resolved: Any, seconds: float) -> None:
     out.print(f"{setup.gpus} GPU(s) x {format_bytes(setup.gpu_memory)}, {setup.resolved_sharding()}, "
               f"{setup.precision}, {setup.tokens_per_gpu:,} tokens per GPU, gradient checkpointing "
               f"{'on' if setup.gradient_checkpointing else 'off'}; defaults of backend {backend}")
+    if setup.policy:
+        out.print(f"memory policy of backend {backend}: {setup.policy}", markup=False)
+    else:
+        out.print("memory policy: a generic training loop as the parameters say (the backend declares none)")
     rows = [[c.name, format_bytes(c.bytes), c.phase, c.note] for c in result.components]
     table(None, ["component", "per GPU", "phase", "note"], rows)
     out.print(f"\nper GPU: low {format_bytes(result.low)} · [bold]expected {format_bytes(result.expected)}[/bold]"
@@ -132,9 +136,11 @@ def _make_command(algorithm: str) -> click.Command:
                      help="Memory of one GPU: 80GiB, 141GB, 24576MiB (a bare number < 4096 is GiB)."),
         click.Option(["--sharding"], type=click.Choice(SHARDINGS), default="auto", show_default=True,
                      help="ddp (replicated), zero1/zero2 (optimizer / + gradients sharded), fsdp = zero3 "
-                          "(everything sharded). auto: fsdp on several GPUs, ddp for LoRA or one GPU."),
-        click.Option(["--precision"], type=click.Choice(PRECISIONS), default="bf16-mixed", show_default=True,
-                     help="bf16-mixed: fp32 weights/grads/Adam, bf16 compute; bf16: everything bf16; fp32: no autocast."),
+                          "(everything sharded). auto: the backend's memory policy, else fsdp on several GPUs, "
+                          "ddp for LoRA or one GPU."),
+        click.Option(["--precision"], type=click.Choice(PRECISIONS), default="auto", show_default=True,
+                     help="bf16-mixed: fp32 weights/grads/Adam, bf16 compute; bf16: everything bf16; fp32: no autocast; "
+                          "auto: what the backend's memory policy says, else bf16-mixed."),
         click.Option(["--backend", "-b"], help="Take this backend's defaults (default: the one thub train would pick)."),
         click.Option(["--config", "-c"], type=click.Path(dir_okay=False), help="YAML file of parameters (as for thub train)."),
         click.Option(["--set", "overrides"], multiple=True, metavar="KEY=VALUE", help="Override any parameter."),

@@ -57,6 +57,7 @@ class ModelFacts:
     source: str = ""
     components: dict[str, int] = field(default_factory=dict)
     linears: list[Linear] = field(default_factory=list)
+    dtype: str | None = None  # the checkpoint's stored dtype (config.json dtype/torch_dtype), if stated
 
     @property
     def total_params(self) -> int:
@@ -213,8 +214,17 @@ def model_facts(config: dict[str, Any], source: str = "config.json") -> ModelFac
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=intermediate,
         tied_embeddings=tied, num_experts=experts if sparse else 0, experts_per_token=per_token if sparse else 0,
         source=source, components={k: v for k, v in components.items() if v or k in ("embeddings", "norms")},
-        linears=linears,
+        linears=linears, dtype=_stored_dtype(top, config),
     )
+
+
+def _stored_dtype(*configs: dict[str, Any]) -> str | None:
+    """``bfloat16``/``float16``/``float32`` from ``dtype`` (transformers 5) or ``torch_dtype``."""
+    for config in configs:
+        value = config.get("dtype") or config.get("torch_dtype")
+        if isinstance(value, str) and value:
+            return value.removeprefix("torch.")
+    return None
 
 
 def load_facts(model_path: str | Path) -> ModelFacts:

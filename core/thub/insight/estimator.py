@@ -19,7 +19,7 @@ from thub.insight.architecture import Linear, ModelFacts, lora_params, lora_targ
 GIB = 1024**3
 SUPPORTED = ("sft", "osft", "lora_sft", "grpo", "lora_grpo")
 SHARDINGS = ("auto", "ddp", "zero1", "zero2", "zero3", "fsdp")
-PRECISIONS = ("bf16-mixed", "bf16", "fp32")
+PRECISIONS = ("auto", "bf16-mixed", "bf16", "fp32")  # auto: the backend's memory policy, else bf16-mixed
 # Dynamic memory is a model, not a measurement: low/high bounds around it.
 DYNAMIC_LOW, DYNAMIC_HIGH = 0.8, 1.35
 # Allocator fragmentation and the CUDA context/workspaces on top of what tensors use.
@@ -60,6 +60,8 @@ class Setup:
     completion_tokens: int = 0
     reference_model: bool = False
     rollout_fraction: float | None = None
+    checkpoint_offload: bool = False  # checkpointed layer inputs live in CPU memory (unsloth)
+    policy: str | None = None  # the backend memory policy applied (its summary), None: generic loop
     assumptions: list[str] = field(default_factory=list)
 
     @property
@@ -108,7 +110,9 @@ class Estimate:
                 "unfreeze_rank_ratio": setup.unfreeze_rank_ratio if setup.algorithm == "osft" else None,
                 "completions_per_gpu": setup.completions_per_gpu if setup.grpo else None,
                 "reference_model": setup.reference_model if setup.grpo else None,
+                "checkpoint_offload": setup.checkpoint_offload,
             },
+            "memory_policy": setup.policy,
             "trainable_params": self.trainable_params,
             "components": [{"name": c.name, "bytes": c.bytes, "phase": c.phase, "note": c.note} for c in self.components],
             "bytes_per_gpu": {"low": self.low, "expected": self.expected, "high": self.high},
@@ -264,7 +268,10 @@ def estimate(facts: ModelFacts, setup: Setup, *, advise: bool = True) -> Estimat
 
     tokens = setup.tokens_per_gpu
     per_layer = _layer_elements(facts)
-    if setup.gradient_checkpointing:
+    if setup.gradient_checkpointing and setup.checkpoint_offload:
+        activations = tokens * (facts.hidden_size + per_layer) * act
+        act_note = "checkpointed layer inputs offloaded to CPU memory; one layer recomputed on the GPU"
+    elif setup.gradient_checkpointing:
         activations = tokens * (facts.num_layers * facts.hidden_size + per_layer) * act
         act_note = "checkpointed layer inputs + one layer recomputed"
     else:
@@ -364,15 +371,25 @@ def setup_from_params(
     gpus: int,
     gpu_memory: int,
     sharding: str = "auto",
-    precision: str = "bf16-mixed",
+    precision: str = "auto",
+    policy: Any = None,
+    facts: ModelFacts | None = None,
 ) -> Setup:
-    """Turn an algorithm's resolved parameter values into a :class:`Setup`, recording assumptions."""
+    """Turn an algorithm's resolved parameter values into a :class:`Setup`, recording assumptions.
+
+    ``policy`` is the backend's :class:`~thub.specs.MemoryPolicy` (what its library does whatever
+    the parameters say: checkpointing, dtypes, loss path, sharding, rollout engine); ``facts``
+    give the checkpoint's dtype for ``precision="checkpoint"`` policies.
+    """
     from thub.runner.batching import split_batch
 
-    setup = Setup(algorithm=algorithm, gpus=gpus, gpu_memory=gpu_memory, sharding=sharding, precision=precision,
+    setup = Setup(algorithm=algorithm, gpus=gpus, gpu_memory=gpu_memory, sharding=sharding,
+                  precision=precision if precision != "auto" else "bf16-mixed",
                   gradient_checkpointing=bool(params.get("gradient_checkpointing")),
                   fused_loss=bool(params.get("use_liger")))
     notes = setup.assumptions
+    if policy is not None:
+        _apply_policy(setup, policy, params, precision, facts)
     if setup.lora:
         setup.lora_rank = int(params.get("lora_r") or 16)
         setup.lora_dropout = float(params.get("lora_dropout") or 0.0)
@@ -396,6 +413,8 @@ def setup_from_params(
             notes.append(f"prompt length {DEFAULT_PROMPT_TOKENS} tokens (set max_prompt_length)")
         setup.reference_model = bool(params.get("beta"))
         setup.rollout_fraction = params.get("gpu_memory_utilization")
+        if policy is not None and policy.rollout == "in-process":
+            setup.rollout_fraction = None  # generation with the training model: KV cache only
         setup.tokens_per_gpu = setup.completions_per_gpu * (setup.prompt_tokens + setup.completion_tokens)
         return setup
     seq = params.get("block_size") if params.get("is_pretraining") else params.get("max_seq_len")
@@ -413,3 +432,32 @@ def setup_from_params(
         setup.tokens_per_gpu = micro * int(seq)
         notes.append(f"micro-batch of {micro} x {seq} tokens (padding to the longest sample; set max_tokens_per_gpu for a token budget)")
     return setup
+
+
+def _apply_policy(setup: Setup, policy: Any, params: dict[str, Any], precision: str, facts: ModelFacts | None) -> None:
+    """Make ``setup`` what the backend's library really does (see :class:`thub.specs.MemoryPolicy`)."""
+    setup.policy = policy.summary
+    if policy.checkpointing == "always":
+        setup.gradient_checkpointing = True
+    elif policy.checkpointing == "offloaded":
+        # unsloth-style: on unless the user turned checkpointing off explicitly
+        setup.gradient_checkpointing = params.get("gradient_checkpointing") is not False
+        setup.checkpoint_offload = setup.gradient_checkpointing
+    elif policy.checkpointing == "never":
+        setup.gradient_checkpointing = False
+    if precision == "auto" and policy.precision:
+        if policy.precision == "checkpoint":
+            stored = (facts.dtype if facts else None) or "float32"
+            setup.precision = "bf16" if stored in ("bfloat16", "float16") else "bf16-mixed"
+            setup.assumptions.append(f"weights trained in the checkpoint's dtype ({stored})")
+        else:
+            setup.precision = policy.precision
+    if setup.sharding == "auto" and policy.sharding and not setup.lora:
+        setup.sharding = policy.sharding
+    if policy.loss == "fused":
+        setup.fused_loss = True
+    elif policy.loss == "upcast":
+        setup.fused_loss = bool(params.get("use_liger")) and policy.liger_fuses_loss
+    if setup.grpo and policy.rollout == "colocated" and not params.get("gpu_memory_utilization"):
+        setup.assumptions.append("co-located inference engine: its gpu_memory_utilization is unknown, "
+                                 "so its reserve is left out")

@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Callable
 
 from thub import hookimpl
-from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec, translation_hook
+from thub.specs import BackendSpec, MemoryPolicy, CheckContext, CheckResult, CheckSpec, translation_hook
 from thub_plugin_art.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json); the rest is what
@@ -17,6 +17,15 @@ REQUIREMENTS = ("openpipe-art>=0.5.18,<0.6", "torch>=2.10", "unsloth>=2026.3", "
 INSTALL = ("python -m venv ~/.venvs/art && ~/.venvs/art/bin/pip install 'thub-plugin-art[backend]'   "
            "# CUDA torch 2.10, transformers 5.2, trl 0.20, unsloth 2026.3.3: an environment of its own")
 DOCS = "thub-plugin-art/README.md"
+
+
+MEMORY = MemoryPolicy(
+    summary="ART: unsloth LoRA training (offloaded checkpointing, fused loss) next to a co-located vLLM "
+            "holding gpu_memory_utilization of the GPU",
+    checkpointing="offloaded", sharding="ddp", loss="fused", rollout="colocated",
+    source="openpipe-art dev/model.py engine_args gpu_memory_utilization; unsloth get_peft_model "
+           "use_gradient_checkpointing='unsloth'",
+)
 
 
 @hookimpl
@@ -32,6 +41,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         priority=5,
         defaults=DEFAULTS,
         launcher="python",
+        memory=MEMORY,
         docs=DOCS,
     ))
 

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable
 
 from thub import hookimpl
-from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec, translation_hook
+from thub.specs import BackendSpec, MemoryPolicy, CheckContext, CheckResult, CheckSpec, translation_hook
 from thub_plugin_instructlab.translate import BACKEND, DEFAULTS, HONOURED, MIN_SAMPLE_TOKENS, flash_attn_installed, translate
 
 # The training library first (its version is recorded in thub_run.json).
@@ -14,6 +14,15 @@ REQUIREMENTS = ("instructlab-training>=0.16.2,<0.17", "torch>=2.6", "transformer
 INSTALL = (f"{sys.executable} -m pip install 'instructlab-training==0.16.2'\n"
            "# or: pip install 'thub-plugin-instructlab'  # brings instructlab-training==0.16.*; install CUDA torch first")
 DOCS = "thub-plugin-instructlab/README.md"
+
+
+MEMORY = MemoryPolicy(
+    summary="instructlab-training: FSDP (HYBRID_SHARD = full shard within a node), fp32 weights with "
+            "accelerate bf16 mixed precision, gradient checkpointing always on, fp32-upcast logits",
+    checkpointing="always", precision="bf16-mixed", sharding="fsdp", loss="upcast",
+    source="instructlab/training/model.py: no torch_dtype (fp32 load), gradient_checkpointing_enable(); "
+           "accelerator.py: mixed_precision bf16, FSDP ShardingStrategy",
+)
 
 
 @hookimpl
@@ -30,6 +39,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         defaults=DEFAULTS,
         # instructlab-training starts torchrun itself (run_training): thub starts one child
         launcher="python",
+        memory=MEMORY,
         docs=DOCS,
     ))
 

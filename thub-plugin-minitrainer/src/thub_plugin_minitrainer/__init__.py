@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from thub import hookimpl
-from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec, translation_hook
+from thub.specs import BackendSpec, MemoryPolicy, CheckContext, CheckResult, CheckSpec, translation_hook
 from thub_plugin_minitrainer.translate import DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
@@ -22,6 +22,16 @@ INSTALL = ("pip install torch  # a CUDA build on GPU machines\n"
            "pip install 'thub-plugin-minitrainer[mini-trainer]'  # + flash-attn on GPUs: [cuda]")
 BACKEND = "mini-trainer"
 README = "thub-plugin-minitrainer/README.md"
+
+
+MEMORY = MemoryPolicy(
+    summary="mini-trainer: FSDP2 with every decoder block checkpointed, fp32 weights/grads/AdamW "
+            "(train_dtype float32), bf16 compute, HF cross-entropy on fp32-upcast logits (Liger fuses it)",
+    checkpointing="always", precision="bf16-mixed", sharding="fsdp", loss="upcast",
+    source="mini_trainer/setup_model_for_training.py: ptd_checkpoint_wrapper on each block, "
+           "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fully_shard; "
+           "none_reduction_losses.py + transformers ForCausalLMLoss (logits.float())",
+)
 
 
 @hookimpl
@@ -37,6 +47,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         priority=8,  # below trl (10): sft on a GPU keeps its default; osft has only this backend
         defaults=DEFAULTS,
         launcher="python",  # mini_trainer.run_training starts torchrun itself
+        memory=MEMORY,
         docs=README,
     ))
 

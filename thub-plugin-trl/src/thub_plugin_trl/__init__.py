@@ -5,12 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from thub import hookimpl
-from thub.specs import BackendSpec, translation_hook
+from thub.specs import BackendSpec, MemoryPolicy, translation_hook
 from thub_plugin_trl.translate import DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("trl>=1.16,<2", "peft>=0.17", "transformers>=4.56", "datasets>=3", "torch>=2.4")
 INSTALL = "pip install 'thub-plugin-trl' torch==2.13.0  # or: thub install trl"
+
+
+MEMORY = MemoryPolicy(
+    summary="HF Trainer + TRL SFTTrainer: weights in the checkpoint's dtype, chunked LM head (no full logits), "
+            "DDP; gradient checkpointing as the parameter says",
+    precision="checkpoint", sharding="ddp", loss="fused", rollout="colocated",
+    source="trl SFTTrainer: model_init_kwargs dtype 'auto'; add_fused_lm_head() scores trained positions "
+           "in tiles; GRPOTrainer use_vllm colocate reserves vllm_gpu_memory_utilization",
+)
 
 
 @hookimpl
@@ -26,6 +35,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         priority=10,
         defaults=DEFAULTS,
         launcher="torchrun",
+        memory=MEMORY,
         docs="thub-plugin-trl/README.md",
     ))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from thub import hookimpl
-from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec, translation_hook
+from thub.specs import BackendSpec, MemoryPolicy, CheckContext, CheckResult, CheckSpec, translation_hook
 from thub_plugin_unsloth.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json). The ranges are
@@ -28,6 +28,15 @@ INSTALL = ("python -m venv ~/.venvs/unsloth && ~/.venvs/unsloth/bin/pip install 
 DOCS = "thub-plugin-unsloth/README.md"
 
 
+MEMORY = MemoryPolicy(
+    summary="unsloth: LoRA on a frozen 16-bit (or 4/8-bit) base, checkpointed activations offloaded to "
+            "CPU memory (use_gradient_checkpointing='unsloth'), fused linear cross-entropy, one GPU",
+    checkpointing="offloaded", sharding="ddp", loss="fused", rollout="colocated",
+    source="unsloth FastLanguageModel.get_peft_model(use_gradient_checkpointing='unsloth'); "
+           "unsloth_zoo.loss_utils.unsloth_fused_ce_loss (UNSLOTH_ENABLE_CCE=1)",
+)
+
+
 @hookimpl
 def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
     register(BackendSpec(
@@ -42,6 +51,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         priority=20,
         defaults=DEFAULTS,
         launcher="python",
+        memory=MEMORY,
         docs=DOCS,
     ))
 

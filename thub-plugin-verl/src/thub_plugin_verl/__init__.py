@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Callable
 
 from thub import hookimpl
-from thub.specs import BackendSpec, CheckContext, CheckResult, CheckSpec, translation_hook
+from thub.specs import BackendSpec, MemoryPolicy, CheckContext, CheckResult, CheckSpec, translation_hook
 from thub_plugin_verl.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
@@ -20,6 +20,15 @@ DOCS = "thub-plugin-verl/README.md"
 # {RAY_TMPDIR}/ray/session_YYYY-MM-DD_HH-MM-SS_ffffff_PID/sockets/plasma_store (about 75 more)
 UNIX_PATH_MAX = 107
 RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_1234567/sockets/raylet.9999999999")
+
+
+MEMORY = MemoryPolicy(
+    summary="verl: FSDP actor with fp32 weights and bf16 compute, co-located vLLM holding "
+            "gpu_memory_utilization of each GPU, full logits for log-probs",
+    precision="bf16-mixed", sharding="fsdp", loss="upcast", liger_fuses_loss=False, rollout="colocated",
+    source="verl ppo_trainer.yaml: actor fsdp_config model_dtype fp32, mixed_precision param_dtype bf16; "
+           "rollout.gpu_memory_utilization; dp_actor logprobs_from_logits",
+)
 
 
 @hookimpl
@@ -36,6 +45,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         defaults=DEFAULTS,
         # verl starts Ray and its workers itself: thub starts one child that runs main_ppo
         launcher="python",
+        memory=MEMORY,
         docs=DOCS,
     ))
 
