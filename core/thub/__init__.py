@@ -12,9 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "hookimpl", "train", "sft", "osft", "lora_sft", "grpo", "lora_grpo"]
+__all__ = ["__version__", "hookimpl", "train", "sft", "osft", "lora_sft", "grpo", "lora_grpo",
+           "TrainingHubCallback", "TrainingHubContext", "TrainingHubControl"]
 
 _API = {"train", "sft", "osft", "lora_sft", "grpo", "lora_grpo", "dry_run"}
+# Training Hub's callback classes, so `from training_hub import ...` lines move over as is
+_TRAINING_HUB = {"TrainingHubCallback", "TrainingHubContext", "TrainingHubControl"}
 
 if TYPE_CHECKING:
     from thub.api import dry_run, grpo, lora_grpo, lora_sft, osft, sft, train
@@ -26,6 +29,10 @@ def __getattr__(name: str) -> Any:
         from thub.hookspecs import hookimpl
 
         return hookimpl
+    if name in _TRAINING_HUB:
+        from thub.compat import training_hub_api
+
+        return getattr(training_hub_api, name)
     if name in _API:
         from thub import api
 

@@ -34,6 +34,7 @@ def plan_data(resolved: ResolvedConfig) -> dict[str, Any]:
         "backend_reason": resolved.backend_reason,
         "parameters": {k: {"value": v, "source": resolved.sources[k]} for k, v in values.items()},
         "ignored": resolved.ignored,
+        "training_hub_notes": resolved.notes,
         "translation": get_registry().translate(resolved.algorithm.name, resolved.backend.name, values),
     }
 
@@ -47,34 +48,70 @@ def dry_run(algorithm: str, *, backend: str | None = None, config: str | Path | 
 def train(algorithm: str, *, backend: str | None = None, config: str | Path | None = None,
           overwrite: bool = False, resume: bool = False, allow_ignored: bool = False,
           progress: bool = False, **params: Any) -> dict[str, Any]:
-    """Run ``algorithm`` to its end in a supervised child process; returns ``result.json``."""
+    """Run ``algorithm`` to its end in a supervised child process; returns ``result.json``.
+
+    Training Hub's ``callbacks`` (TrainingHubCallback objects) and ``iteration_callback`` are
+    called in this process from the run's events; they are never pickled into the child.
+    """
+    return _train(algorithm, backend, None, config, overwrite, resume, allow_ignored, progress, params)
+
+
+def _train(algorithm: str, backend: str | None, backend_reason: str | None, config: str | Path | None,
+           overwrite: bool, resume: bool, allow_ignored: bool, progress: bool,
+           params: dict[str, Any]) -> dict[str, Any]:
+    from thub.compat.training_hub_api import observe, result_with_training_hub_keys
     from thub.runner import run_training
 
+    callbacks = params.pop("callbacks", None)
+    iteration_callback = params.pop("iteration_callback", None)
     resolved = _resolve(algorithm, backend, config, allow_ignored, params)
-    return run_training(resolved, overwrite=overwrite, resume=resume,
-                        command_line=["thub.train", algorithm], quiet_json=not progress)
+    if backend_reason:
+        resolved.backend_reason = backend_reason
+    with observe(callbacks, iteration_callback):
+        result = run_training(resolved, overwrite=overwrite, resume=resume,
+                              command_line=["thub.train", algorithm], quiet_json=not progress)
+    return result_with_training_hub_keys(resolved, result)
 
 
-def sft(**kwargs: Any) -> dict[str, Any]:
-    """``train("sft", ...)``: full fine-tuning (continued pretraining with is_pretraining)."""
-    return train("sft", **kwargs)
+def _training_hub_call(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Training Hub's calling convention: its positional order, its default backend."""
+    from thub.compat import training_hub
+
+    params = training_hub.bind(algorithm, args, kwargs)
+    training_hub.check_data_path(algorithm, params.get("data_path"))
+    backend, config = params.pop("backend", None), params.pop("config", None)
+    reason = None
+    if backend is None and config is None:
+        backend = training_hub.default_backend(get_registry(), algorithm)
+        reason = f"Training Hub's default backend for {algorithm}" if backend else None
+    control = {key: params.pop(key, False) for key in ("overwrite", "resume", "allow_ignored", "progress")}
+    return _train(algorithm, backend, reason, config, control["overwrite"], control["resume"],
+                  control["allow_ignored"], control["progress"], params)
 
 
-def osft(**kwargs: Any) -> dict[str, Any]:
-    """``train("osft", ...)``: orthogonal-subspace fine-tuning."""
-    return train("osft", **kwargs)
+def sft(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``train("sft", ...)``: full fine-tuning (continued pretraining with is_pretraining).
+
+    Takes Training Hub's ``sft`` arguments, positional or keyword (docs/migrating-from-training-hub.md).
+    """
+    return _training_hub_call("sft", args, kwargs)
 
 
-def lora_sft(**kwargs: Any) -> dict[str, Any]:
-    """``train("lora_sft", ...)``: LoRA/QLoRA supervised fine-tuning."""
-    return train("lora_sft", **kwargs)
+def osft(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``train("osft", ...)``: orthogonal-subspace fine-tuning (Training Hub's ``osft`` arguments)."""
+    return _training_hub_call("osft", args, kwargs)
 
 
-def grpo(**kwargs: Any) -> dict[str, Any]:
-    """``train("grpo", ...)``: full-parameter GRPO."""
-    return train("grpo", **kwargs)
+def lora_sft(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``train("lora_sft", ...)``: LoRA/QLoRA supervised fine-tuning (Training Hub's ``lora_sft`` arguments)."""
+    return _training_hub_call("lora_sft", args, kwargs)
 
 
-def lora_grpo(**kwargs: Any) -> dict[str, Any]:
-    """``train("lora_grpo", ...)``: GRPO on LoRA adapters."""
-    return train("lora_grpo", **kwargs)
+def grpo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``train("grpo", ...)``: full-parameter GRPO (Training Hub's ``grpo`` arguments)."""
+    return _training_hub_call("grpo", args, kwargs)
+
+
+def lora_grpo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``train("lora_grpo", ...)``: GRPO on LoRA adapters (Training Hub's ``lora_grpo`` arguments)."""
+    return _training_hub_call("lora_grpo", args, kwargs)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from thub.compat import training_hub
 from thub.config.fields import ParamInfo, param_infos, parse_text
 from thub.errors import UsageError, did_you_mean
 from thub.manager import Registry
@@ -73,6 +74,8 @@ class ResolvedConfig:
     sources: dict[str, str]
     backend_reason: str = ""
     ignored: list[str] = field(default_factory=list)
+    # Training Hub names accepted without setting a parameter (thub.compat.training_hub)
+    notes: list[str] = field(default_factory=list)
 
     def values(self) -> dict[str, Any]:
         return self.params.model_dump(mode="json")
@@ -181,6 +184,7 @@ def resolve(
     spec = registry.algorithm(algorithm)
     model: type[BaseModel] = spec.load_parameters()
     infos = param_infos(model)
+    names = training_hub.accepted_names(spec.name, infos)  # thub's parameters + Training Hub's names
     environ = os.environ if environ is None else environ
 
     config = read_config_file(config_file) if config_file else None
@@ -194,16 +198,17 @@ def resolve(
 
     layers: list[dict[str, tuple[Any, str]]] = [
         {k: (v, f"backend {chosen.name}") for k, v in chosen.defaults_for(algorithm).items() if k in infos},
-        _layer_from_mapping(config.values, infos, config.where, texts=False) if config else {},
+        _layer_from_mapping(config.values, names, config.where, texts=False) if config else {},
         env_layer(infos, environ),
         _layer_from_mapping(
             {k: v for k, v in (flags or {}).items() if v is not None},
-            infos,
+            names,
             lambda k: f"{flag_label} {infos[k].option if flag_label == 'flag' and k in infos else k}",
             texts=False,
         ),
-        parse_overrides(list(overrides or []), infos),
+        parse_overrides(list(overrides or []), names),
     ]
+    layers, notes = training_hub.translate_layers(spec.name, layers, infos)
     raw: dict[str, Any] = {}
     sources = {name: "default" for name in infos}
     for layer in layers:
@@ -216,7 +221,7 @@ def resolve(
         raise UsageError(_format_validation_error(exc, sources)) from None
     _check_finite(params, sources)
 
-    resolved = ResolvedConfig(spec, chosen, params, sources, reason)
+    resolved = ResolvedConfig(spec, chosen, params, sources, reason, notes=notes)
     _check_honoured(registry, resolved, allow_ignored)
     return resolved
 

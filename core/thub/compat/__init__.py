@@ -1,0 +1,1 @@
+"""Compatibility layers for users of other training tools (``training_hub``: Training Hub)."""

@@ -1,0 +1,261 @@
+"""Training Hub 0.11.2's keywords against thub's one table (thub.compat.training_hub).
+
+The wheel is unpacked without dependencies at build/training-hub-0.11.2 (.ci/run) and read with
+``ast`` only: its public functions' signatures and its callback hooks. Every keyword must be
+honoured under the same name, mapped, accepted as a fixed switch, or refused with a message.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+import thub
+from thub.compat import training_hub as th
+from thub.errors import UsageError
+from thub.manager import get_registry
+
+ROOT = Path(__file__).parents[1]
+WHEEL = ROOT / "build" / "training-hub-0.11.2" / "training_hub"
+MODULES = {"sft": "algorithms/sft.py", "osft": "algorithms/osft.py", "lora_sft": "algorithms/lora.py",
+           "lora_grpo": "algorithms/lora_grpo.py", "grpo": "algorithms/lora_grpo.py"}
+DATA = str(ROOT / "examples" / "data" / "chat.jsonl")
+PROMPTS = str(ROOT / "examples" / "data" / "grpo.jsonl")
+
+
+def _wheel() -> Path:
+    if not (WHEEL / "algorithms" / "sft.py").exists():
+        pytest.skip(f"training-hub 0.11.2 is not unpacked at {WHEEL.parent} (see .ci/run)")
+    return WHEEL
+
+
+def wheel_signature(function: str) -> tuple[list[str], list[str], dict[str, str]]:
+    """(positional-or-keyword names, keyword-only names, annotations) of a public function."""
+    tree = ast.parse((_wheel() / MODULES[function]).read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    annotations = {a.arg: ast.unparse(a.annotation) for a in node.args.args + node.args.kwonlyargs if a.annotation}
+    return [a.arg for a in node.args.args], [a.arg for a in node.args.kwonlyargs], annotations
+
+
+def thub_fields(function: str) -> dict[str, Any]:
+    return get_registry().algorithm(function).load_parameters().model_fields
+
+
+@pytest.mark.parametrize("function", th.FUNCTIONS)
+def test_signature_in_table_is_the_wheels(function: str) -> None:
+    positional, keyword_only, _ = wheel_signature(function)
+    assert list(th.SIGNATURES[function]) == positional
+    assert list(th.KEYWORD_ONLY[function]) == keyword_only
+
+
+@pytest.mark.parametrize("function", th.FUNCTIONS)
+def test_every_keyword_is_classified(function: str) -> None:
+    positional, keyword_only, _ = wheel_signature(function)
+    fields = thub_fields(function)
+    unclassified = [name for name in positional + keyword_only + list(th.KWARGS[function])
+                    if th.rule_for(function, name, fields) is None]
+    assert unclassified == []
+    for name in positional + keyword_only:
+        rule = th.rule_for(function, name, fields)
+        assert rule.kind in ("same", "mapped", "fixed", "refused", "api")
+        if rule.kind == "same":
+            assert name in fields
+        if rule.kind in ("mapped", "refused", "fixed"):
+            assert rule.note, name  # a mapping shown, a switch explained, a refusal says what instead
+
+
+def test_table_rules_are_used_and_targets_exist() -> None:
+    used = {name for fn in th.FUNCTIONS for name in th.names_for(fn)}
+    assert set(th.RULES) <= used, set(th.RULES) - used
+    for fn in th.FUNCTIONS:
+        fields = thub_fields(fn)
+        for name in th.names_for(fn):
+            rule = th.rule_for(fn, name, fields)
+            if rule.kind == "mapped" and name in th.RULES:
+                for target in rule.thub.split(", "):
+                    assert target in fields, (fn, name, target)
+
+
+def test_kwargs_cover_the_backends_own_arguments() -> None:
+    """What Training Hub forwards from **kwargs: every instructlab/mini-trainer TrainingArgs field."""
+    il = pytest.importorskip("instructlab.training")
+    assert set(il.TrainingArgs.model_fields) <= set(th.names_for("sft"))
+    import dataclasses
+
+    mini_trainer = pytest.importorskip("mini_trainer")
+    assert {f.name for f in dataclasses.fields(mini_trainer.TrainingArgs)} <= set(th.names_for("osft"))
+
+
+SAMPLES: dict[str, list[Any]] = {
+    "int": [1, 100], "float": [0.5], "bool": [True, False], "str": ["x"], "List[str]": [["q_proj"]],
+    "list[str]": [["q_proj"]], "dict[str, str]": [{"T_max": "10"}],
+}
+# domain-specific samples of a type Training Hub annotates loosely (str)
+DOMAIN = {"nproc_per_node": ["4", 2, "auto"], "bnb_4bit_quant_type": ["nf4"], "lr_scheduler": ["cosine"],
+          "rdzv_id": ["job-1", 100], "rdzv_endpoint": ["127.0.0.1:29500"], "master_addr": ["10.0.0.1"],
+          "bnb_4bit_compute_dtype": ["bfloat16"],
+          "group_size": [8]}  # a GRPO group of 1 has no relative advantage: thub asks for >= 2
+
+
+def _samples(name: str, annotation: str) -> list[Any]:
+    if name in DOMAIN:
+        return DOMAIN[name]
+    out: list[Any] = []
+    for container, sample in (("List[str]", ["q_proj"]), ("list[str]", ["q_proj"]), ("dict[str, str]", {"T_max": "10"})):
+        if container in annotation:
+            out.append(sample)
+            annotation = annotation.replace(container, "")
+    text = annotation.replace("Optional[", "").replace("]", "").replace("Union[", "")
+    for part in (p.strip() for p in text.replace(",", "|").split("|")):
+        out += SAMPLES.get(part, [])
+    return out
+
+
+@pytest.mark.parametrize("function", th.FUNCTIONS)
+def test_same_names_accept_training_hubs_types(function: str) -> None:
+    _, _, annotations = wheel_signature(function)
+    fields = thub_fields(function)
+    checked = 0
+    for name, annotation in annotations.items():
+        rule = th.rule_for(function, name, fields)
+        if rule.kind != "same" or name in ("model_path", "data_path", "ckpt_output_dir"):
+            continue
+        adapter = TypeAdapter(Annotated[fields[name].annotation, fields[name]])
+        for value in _samples(name, annotation):
+            converted = rule.convert(value, {})[name] if rule.convert else value
+            try:
+                adapter.validate_python(converted)
+            except ValidationError as exc:
+                pytest.fail(f"{function}({name}={value!r}) [{annotation}] is refused by thub: {exc}")
+            checked += 1
+    assert checked > 10
+
+
+def test_callback_hooks_and_context_are_training_hubs() -> None:
+    tree = ast.parse((_wheel() / "callbacks.py").read_text())
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    hooks = [n.name for n in classes["TrainingHubCallback"].body if isinstance(n, ast.FunctionDef)]
+    assert hooks == list(th.CALLBACK_HOOKS)
+    fields = [n.target.id for n in classes["TrainingHubContext"].body if isinstance(n, ast.AnnAssign)]
+    from dataclasses import fields as dc_fields
+
+    from thub.compat.training_hub_api import TrainingHubContext, TrainingHubControl
+
+    assert [f.name for f in dc_fields(TrainingHubContext)] == fields
+    control = [n.target.id for n in classes["TrainingHubControl"].body if isinstance(n, ast.AnnAssign)]
+    assert [f.name for f in dc_fields(TrainingHubControl)] == control
+    assert all(hasattr(thub.TrainingHubCallback, hook) for hook in hooks)
+
+
+def test_default_backends_are_registered_names() -> None:
+    registry = get_registry()
+    for function, backend in th.DEFAULT_BACKEND.items():
+        assert function in registry.backend(backend).algorithms
+
+
+def test_migration_guide_table_is_generated_from_the_table() -> None:
+    guide = (ROOT / "docs" / "migrating-from-training-hub.md").read_text()
+    assert th.markdown_table() in guide, "regenerate: python -c 'from thub.compat.training_hub import " \
+                                         "markdown_table; print(markdown_table())'"
+
+
+# --- parameter sets from Training Hub's example scripts and the issue ----------------------------
+
+def dry(function: str, **params: Any) -> dict[str, Any]:
+    return thub.dry_run(function, **params)
+
+
+def test_lora_example_parameter_set_on_trl(tmp_path: Path) -> None:
+    """examples/scripts/lora_example.py's train_kwargs (save_total_limit aside: refused below)."""
+    plan = dry("lora_sft", backend="trl", model_path="m", data_path=DATA, ckpt_output_dir=str(tmp_path),
+               lora_r=32, lora_alpha=64, lora_dropout=0.0, num_epochs=3, learning_rate=1e-4, micro_batch_size=1,
+               max_seq_len=2048, dataset_type="chat_template", field_messages="messages",
+               field_instruction="instruction", field_input="input", field_output="output", load_in_4bit=False,
+               load_in_8bit=False, bf16=True, sample_packing=True, logging_steps=10, save_steps=200)
+    params = plan["parameters"]
+    assert params["effective_batch_size"]["value"] == 1
+    assert "training-hub name micro_batch_size → effective_batch_size" in params["effective_batch_size"]["source"]
+    assert params["packing"]["value"] is True
+    assert "training-hub name sample_packing → packing" in params["packing"]["source"]
+    assert params["data_format"]["value"] == "messages"
+    assert any(note.startswith("bf16=True") for note in plan["training_hub_notes"])
+    with pytest.raises(UsageError, match="save_total_limit is not supported by thub: thub keeps every checkpoint"):
+        dry("lora_sft", backend="trl", model_path="m", data_path=DATA, ckpt_output_dir=str(tmp_path),
+            save_total_limit=3)
+
+
+def test_micro_batch_and_accumulation_give_the_effective_batch(tmp_path: Path) -> None:
+    base = {"backend": "trl", "model_path": "m", "data_path": DATA, "ckpt_output_dir": str(tmp_path)}
+    assert dry("lora_sft", **base, micro_batch_size=2, gradient_accumulation_steps=4, nproc_per_node=2)[
+        "parameters"]["effective_batch_size"]["value"] == 16
+    plan = dry("lora_sft", **base, micro_batch_size=2, effective_batch_size=32)
+    assert plan["parameters"]["effective_batch_size"]["value"] == 32
+    assert any(note.startswith("micro_batch_size=2") for note in plan["training_hub_notes"])
+
+
+def test_sft_hpu_example_torchrun_types(tmp_path: Path) -> None:
+    """sft_hpu_example.py passes rdzv_id=101 (an int) and device='hpu'."""
+    base = {"backend": "trl", "model_path": "m", "data_path": DATA, "ckpt_output_dir": str(tmp_path)}
+    plan = dry("sft", **base, nproc_per_node=1, nnodes=1, node_rank=0, rdzv_id=101,
+               rdzv_endpoint="127.0.0.1:29500", warmup_steps=100, checkpoint_at_epoch=True)
+    assert plan["parameters"]["rdzv_id"]["value"] == "101"
+    with pytest.raises(UsageError, match="device is not supported by thub: .*HPU"):
+        dry("sft", **base, device="hpu")
+
+
+@pytest.mark.parametrize(("function", "params", "message"), [
+    ("sft", {"fsdp_options": {"cpu_offload_params": True}}, "fsdp_options is not supported by thub: thub runs"),
+    ("osft", {"osft_memory_efficient_init": True, "unfreeze_rank_ratio": 0.3},
+     "osft_memory_efficient_init is not supported by thub: not a field of mini-trainer 0.9"),
+    ("lora_grpo", {"data_config": "Qwen3"}, "data_config is not supported by thub: thub reads local files"),
+    ("grpo", {"n_train": 100}, "n_train is not supported by thub: thub reads local files"),
+    ("lora_grpo", {"reward_fn": len}, "reward_fn is not supported by thub: thub calls rewards as"),
+])
+def test_refusals_name_why_and_what_instead(tmp_path: Path, function: str, params: dict[str, Any],
+                                            message: str) -> None:
+    data = PROMPTS if "grpo" in function else DATA
+    with pytest.raises(UsageError, match=message):
+        dry(function, backend=th.DEFAULT_BACKEND[function], model_path="m", data_path=data,
+            ckpt_output_dir=str(tmp_path), **params)
+
+
+def test_grpo_names_map_on_verl(tmp_path: Path) -> None:
+    plan = dry("lora_grpo", backend="verl", model_path="m", data_path=PROMPTS, ckpt_output_dir=str(tmp_path),
+               n_gpus=4, num_iterations=8, group_size=8, prompt_batch_size=48, lora_r=16, lora_alpha=8,
+               reward_type="math", use_dr_grpo=True, max_prompt_length=2048)
+    params = plan["parameters"]
+    assert params["nproc_per_node"]["value"] == 4
+    assert "training-hub name n_gpus → nproc_per_node" in params["nproc_per_node"]["source"]
+    assert params["reward"]["value"] == ["math"]
+
+
+def test_processed_dataset_switch(tmp_path: Path) -> None:
+    plan = dry("osft", backend="mini-trainer", model_path="m", data_path=DATA, ckpt_output_dir=str(tmp_path),
+               unfreeze_rank_ratio=0.25, effective_batch_size=16, max_tokens_per_gpu=4096, max_seq_len=1024,
+               learning_rate=5e-6, use_processed_dataset=True)
+    assert plan["parameters"]["data_format"]["value"] == "processed"
+
+
+def test_config_file_and_set_take_training_hub_names(thub_cli, tmp_path: Path) -> None:
+    config = tmp_path / "lora.yaml"
+    config.write_text(yaml.safe_dump({"model_path": "m", "data_path": DATA, "ckpt_output_dir": str(tmp_path / "o"),
+                                      "micro_batch_size": 4, "rdzv_id": 100, "bf16": True}))
+    result = thub_cli("train", "lora_sft", "--backend", "trl", "--config", str(config), "--dry-run", "--json",
+                      "--set", "sample_packing=false")
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["parameters"]["effective_batch_size"] == {
+        "value": 4, "source": f"{config}:4, training-hub name micro_batch_size → effective_batch_size"}
+    assert plan["parameters"]["rdzv_id"]["value"] == "100"
+    assert plan["parameters"]["packing"]["value"] is False
+    config.write_text(yaml.safe_dump({"model_path": "m", "data_path": DATA, "ckpt_output_dir": "o",
+                                      "save_total_limit": 2}))
+    result = thub_cli("train", "lora_sft", "--backend", "trl", "--config", str(config), "--dry-run")
+    assert result.exit_code == 2
+    assert f"{config}:" in result.stderr and "save_total_limit is not supported by thub" in result.stderr
