@@ -234,11 +234,52 @@ def test_a_wrongly_typed_value_names_the_field(thub_registry) -> None:
         resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, environ={}, overrides=["num_epochs=2024-01-01"])
 
 
-def test_cli_string_flag_and_set_keep_hash_and_null(thub_cli, tmp_path: Path) -> None:
+def test_cli_string_flag_and_set_keep_hash_and_null(thub_cli, tmp_path: Path, demo_data: Path) -> None:
     out = f"{tmp_path}/run #2"
     result = thub_cli("train", "sft", "--backend", "trl", "--dry-run", "--json", "--model-path", "m",
-                      "--data-path", "d.jsonl", "--ckpt-output-dir", "o", "--set", f"ckpt_output_dir={out}",
+                      "--data-path", str(demo_data / "chat.jsonl"), "--ckpt-output-dir", "o",
+                      "--set", f"ckpt_output_dir={out}",
                       env={"THUB_WANDB_RUN_NAME": "null"})
     assert result.exit_code == 0, result.stderr
     params = result.json()["parameters"]
     assert params["ckpt_output_dir"]["value"] == out and params["wandb_run_name"]["value"] == "null"
+
+
+# --- config file limits (issue 13, item 12) ---
+
+def test_duplicate_keys_name_both_lines(thub_registry, tmp_path: Path) -> None:
+    config = tmp_path / "dup.yaml"
+    config.write_text("model_path: m\ndata_path: d.jsonl\nlearning_rate: 1.0e-5\nckpt_output_dir: o\nlearning_rate: 1.0e-3\n")
+    with pytest.raises(UsageError, match=rf"{config}:5: duplicate key 'learning_rate' \(first at line 3\)"):
+        resolve(thub_registry, "sft", backend="trl", config_file=config, environ={})
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("model_path: m\ndata_path: d.jsonl\nckpt_output_dir: o\nlr_scheduler_kwargs:\n  min_lr: 1\n  min_lr: 2\n")
+    with pytest.raises(UsageError, match=rf"{nested}:6: duplicate key 'min_lr' \(first at line 5\)"):
+        resolve(thub_registry, "sft", backend="trl", config_file=nested, environ={})
+
+
+def test_oversized_config_is_refused_before_parsing(thub_registry, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    config = tmp_path / "big.yaml"
+    with open(config, "w") as handle:
+        handle.write("model_path: m\n")
+        handle.truncate(10 * 1024 * 1024 + 1)  # sparse: costs no disk
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the YAML parser must not see an oversized file")
+
+    monkeypatch.setattr(yaml, "compose", never)
+    monkeypatch.setattr(yaml, "safe_load", never)
+    with pytest.raises(UsageError, match=rf"{config}: config file is .* MB; the limit is 10 MB"):
+        resolve(thub_registry, "sft", backend="trl", config_file=config, environ={})
+
+
+def test_oversized_config_exits_2_without_traceback(thub_cli, tmp_path: Path) -> None:
+    config = tmp_path / "big.yaml"
+    with open(config, "w") as handle:
+        handle.write("model_path: m\n")
+        handle.truncate(64 * 1024 * 1024)
+    result = thub_cli("train", "sft", "--backend", "trl", "--dry-run", "--config", str(config))
+    assert result.exit_code == 2 and "the limit is 10 MB" in result.stderr and "Traceback" not in result.stderr
