@@ -39,20 +39,22 @@ def start(run_dir: str, resume: bool) -> None:
     from thub.runner.rundir import read_json
     from thub.trackers import RECORD_FILE, enabled, route, update_record
 
+    if not is_head_node():
+        return
+    if not resume:  # a replaced run's trackers are not this run's
+        from pathlib import Path
+
+        Path(run_dir, RECORD_FILE).unlink(missing_ok=True)
     record = read_json(f"{run_dir}/thub_run.json") or {}
     params = {name: entry.get("value") for name, entry in (record.get("parameters") or {}).items()}
     trackers = enabled(params)
-    if not trackers or not is_head_node():
+    if not trackers:
         return
     from thub.manager import get_registry
 
     backend = get_registry().backends.get(str(record.get("backend")))
     if backend is None:
         return
-    if not resume:
-        from pathlib import Path
-
-        Path(run_dir, RECORD_FILE).unlink(missing_ok=True)
     parent = []
     for tracker in trackers:
         if route(backend, record["algorithm"], tracker) == "thub":

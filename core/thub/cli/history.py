@@ -77,6 +77,10 @@ def show_run(run: str, as_json: bool) -> None:
         out.print(f"checkpoint: {path}", markup=False)
     if data["final_checkpoint"]:
         out.print(f"final checkpoint: {data['final_checkpoint']}", markup=False)
+    from thub.trackers import describe
+
+    for name, info in data["trackers"].items():
+        out.print(f"tracker: {describe(name, info)}", markup=False)
 
 
 @click.command("diff", context_settings={"help_option_names": ["-h", "--help"]})

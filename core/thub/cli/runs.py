@@ -69,7 +69,13 @@ def status_data(run_dir: str) -> dict[str, Any]:
     return {"run_dir": str(directory.path), "algorithm": record.get("algorithm"), "backend": record.get("backend"),
             "launcher": launch.get("launcher", "local"), "cluster": launch.get("cluster"), "status": status,
             "jobs": [{"job_id": j, **jobs.get(j, {"state": "UNKNOWN"})} for j in job_ids],
-            "progress": _progress(directory), "result": result}
+            "progress": _progress(directory), "result": result, "trackers": _trackers(directory)}
+
+
+def _trackers(directory: Any) -> dict[str, Any]:
+    from thub.trackers import read_record
+
+    return read_record(directory.path)
 
 
 @click.group()
@@ -105,6 +111,10 @@ def status(run_dir: str, as_json: bool) -> None:
         if "eta_seconds" in progress:
             parts.append(f"ETA {progress['eta_seconds']:.0f} s")
         out.print("progress: " + ", ".join(parts), highlight=False)
+    from thub.trackers import describe
+
+    for name, info in data["trackers"].items():
+        out.print(f"tracker: {describe(name, info)}", markup=False, highlight=False)
     if data["result"] and data["result"].get("error"):
         out.print(f"[red]error:[/red] {data['result']['error']}", highlight=False)
 

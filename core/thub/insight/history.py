@@ -1,6 +1,7 @@
 """Run history: the thub runs under a directory, one run's record, and the difference of two.
 
-Reads ``thub_run.json``, ``result.json`` and ``training_metrics.jsonl`` only (no backend import).
+Reads ``thub_run.json``, ``result.json``, ``training_metrics.jsonl`` and ``trackers.json`` only
+(no backend import).
 """
 
 from __future__ import annotations
@@ -81,7 +82,13 @@ def summarise(run: str | Path) -> dict[str, Any]:
         "duration_seconds": duration,
         "started": record.get("created"),
         "final_checkpoint": (result or {}).get("final_checkpoint"),
+        "trackers": _trackers(run),
     }
+
+
+def _trackers(run: Path) -> dict[str, Any]:
+    """Where the run went in each experiment tracker (``trackers.json``; see thub.trackers)."""
+    return _read(run / "trackers.json") or {}
 
 
 def show(run: str | Path) -> dict[str, Any]:

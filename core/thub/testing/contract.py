@@ -20,7 +20,7 @@ from thub.doctor.runner import PREFLIGHT_TAG, SLOW_TAG
 from thub.manager import Registry, load_registry
 
 HEAVY_MODULES = ("torch", "transformers", "trl", "peft", "datasets", "vllm", "unsloth", "verl", "art",
-                 "mini_trainer", "instructlab", "deepspeed", "flash_attn")
+                 "mini_trainer", "instructlab", "deepspeed", "flash_attn", "wandb", "mlflow", "tensorboard")
 
 #: The doctor's tags (docs/doctor.md): preflight, gpu, security, slow.
 KNOWN_CHECK_TAGS = frozenset({PREFLIGHT_TAG, "gpu", "security", SLOW_TAG})
