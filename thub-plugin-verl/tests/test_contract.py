@@ -101,18 +101,22 @@ def test_step_count_from_the_data_at_launch() -> None:
 def test_nnodes_counts_in_the_batch_check() -> None:
     # 8 prompts x 2 = 16 completions: fine on 4 GPUs x 1 node, and on 4 x 4 = 16 GPUs
     assert batch_layout(8, 2, 4, 1)["ppo_mini_batch_size"] == 8
-    with pytest.raises(UsageError, match=r"n_gpus 4 × nnodes 8 × micro_batch_size 1 = 32; nearest valid prompt_batch_size values: 16"):
+    with pytest.raises(UsageError, match=r"16 completions per step cannot be split over n_gpus 4 × nnodes 8 = 32 GPUs"
+                                         r".*nearest valid prompt_batch_size values: 16"):
         batch_layout(8, 2, 4, 8)
 
 
 def test_divisibility_errors_name_nearest_values() -> None:
-    with pytest.raises(UsageError, match=r"prompt_batch_size 5 × group_size 2 = 10 .* = 8; nearest valid prompt_batch_size values: 4, 8"):
+    with pytest.raises(UsageError, match=r"prompt_batch_size 5 × group_size 2 = 10 .* = 8 GPUs .*; nearest valid "
+                                         r"prompt_batch_size values: 4, 8"):
         plan(prompt_batch_size=5, group_size=2, nproc_per_node=4, nnodes=2)
-    # group size 8 on 8 GPUs: any prompt count works for the completions, but the mini batch needs 8 prompts
-    with pytest.raises(UsageError, match=r"ppo_mini_batch_size must be a multiple of n_gpus 8 × nnodes 1 = 8 .*values: 8"):
-        plan(prompt_batch_size=4, group_size=8, nproc_per_node=8)
+    # group size 8 on 8 GPUs: a mini batch of 1 prompt gives each GPU one completion; 4 prompts: 4 each
+    assert batch_layout(4, 8, 8, 1)["ppo_mini_batch_size"] == 4
+    # 300 prompts on 8 GPUs: the largest mini batch up to 256 that divides 300 (256 would leave 44
+    # prompts, which verl pads with synthetic samples to a second mini batch of 256)
     layout = batch_layout(300, 8, 8, 1)
-    assert layout["ppo_mini_batch_size"] == 256 and layout["completions_per_step"] == 2400
+    assert layout["ppo_mini_batch_size"] == 150 and layout["completions_per_step"] == 2400
+    assert layout["log_prob_micro_batch_size_per_gpu"] == 2
 
 
 def test_gpu_count_and_other_errors() -> None:
@@ -218,13 +222,16 @@ def test_layered_summon_is_lora_only() -> None:
 def test_user_micro_and_mini_batches_in_the_checks() -> None:
     # 8 prompts x 2 = 16 completions over 4 GPUs: micro batch 4 fits, 8 does not
     assert batch_layout(8, 2, 4, 1, micro_batch_size=4)["ppo_micro_batch_size_per_gpu"] == 4
-    with pytest.raises(UsageError, match=r"= 16 completions per step is not divisible by n_gpus 4 × nnodes 1 × "
-                                         r"micro_batch_size 8 = 32; nearest valid prompt_batch_size values: 16; "
-                                         r"or micro_batch_size 4"):
+    with pytest.raises(UsageError, match=r"= 16 completions per step cannot be split over n_gpus 4 × nnodes 1 = 4 "
+                                         r"GPUs in whole micro batches of micro_batch_size 8.* nearest valid "
+                                         r"prompt_batch_size values: 16; or micro_batch_size 4"):
         plan(prompt_batch_size=8, group_size=2, nproc_per_node=4, micro_batch_size=8)
-    with pytest.raises(UsageError, match=r"ppo_mini_batch_size 6 is not a multiple of n_gpus 4 × nnodes 1 = 4; "
+    with pytest.raises(UsageError, match=r"ppo_mini_batch_size 6 does not divide prompt_batch_size 16 .*; "
                                          r"nearest valid ppo_mini_batch_size values: 4, 8"):
         plan(prompt_batch_size=16, group_size=2, nproc_per_node=4, ppo_mini_batch_size=6)
+    with pytest.raises(UsageError, match=r"ppo_mini_batch_size 3 × group_size 1 = 3 completions cannot be split over "
+                                         r"n_gpus 4 × nnodes 1 = 4 GPUs; nearest valid ppo_mini_batch_size values: 4"):
+        batch_layout(16, 1, 4, 1, ppo_mini_batch_size=3)
     with pytest.raises(UsageError, match=r"ppo_mini_batch_size 32 is larger than prompt_batch_size 16; "
                                          r"nearest valid ppo_mini_batch_size values: 16"):
         plan(prompt_batch_size=16, group_size=2, nproc_per_node=4, ppo_mini_batch_size=32)
@@ -233,10 +240,11 @@ def test_user_micro_and_mini_batches_in_the_checks() -> None:
                                          r"micro_batch_size 4; nearest valid ppo_mini_batch_size values: 8"):
         plan(prompt_batch_size=16, group_size=2, nproc_per_node=4, micro_batch_size=4, ppo_mini_batch_size=4)
     # nnodes counts for the user's mini batch too
-    with pytest.raises(UsageError, match=r"ppo_mini_batch_size 4 is not a multiple of n_gpus 4 × nnodes 2 = 8"):
-        plan(prompt_batch_size=16, group_size=2, nproc_per_node=4, nnodes=2, ppo_mini_batch_size=4)
-    # derived mini batch in whole micro batches: 300 prompts -> 256 (a multiple of 8 GPUs x 2 / gcd(2, 3))
-    assert batch_layout(320, 3, 8, 1, micro_batch_size=2)["ppo_mini_batch_size"] == 256
+    with pytest.raises(UsageError, match=r"ppo_mini_batch_size 2 × group_size 2 = 4 completions cannot be split over "
+                                         r"n_gpus 4 × nnodes 2 = 8 GPUs"):
+        plan(prompt_batch_size=16, group_size=2, nproc_per_node=4, nnodes=2, ppo_mini_batch_size=2)
+    # derived mini batch: a multiple of 16 prompts (8 GPUs x micro 2 / gcd(16, 3)) that divides 320, up to 256
+    assert batch_layout(320, 3, 8, 1, micro_batch_size=2)["ppo_mini_batch_size"] == 160
 
 
 def test_saves_per_epoch_sets_the_save_frequency_from_the_data() -> None:

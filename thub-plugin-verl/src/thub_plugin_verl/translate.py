@@ -28,6 +28,8 @@ MICRO_BATCH_SIZE_PER_GPU = 1
 LOAD_FORMAT = "dummy"
 # verl's ppo_mini_batch_size is at most this many prompts (Training Hub's cap)
 MAX_PPO_MINI_BATCH = 256
+# the log-prob micro batch per GPU is at most this (Training Hub's value; logits of 150K vocabularies)
+LOG_PROB_MICRO_BATCH = 2
 
 _BASE = frozenset({
     "num_epochs", "max_steps", "learning_rate", "seed", "save_steps", "save_final_checkpoint",
@@ -99,80 +101,105 @@ def gpus_per_node(params: dict[str, Any], environ: dict[str, str] | None = None)
     )
 
 
-def _nearest(value: int, multiple: int, upper_bound: int | None = None) -> str:
-    """The multiples of ``multiple`` just below and above ``value`` (positive, at most ``upper_bound``)."""
+def _nearest(value: int, multiple: int) -> str:
+    """The positive multiples of ``multiple`` just below and above ``value``."""
     lower = (value // multiple) * multiple
-    upper = lower + multiple
-    return ", ".join(str(v) for v in (lower, upper)
-                     if v > 0 and v != value and (upper_bound is None or v <= upper_bound)) or "none"
+    return ", ".join(str(v) for v in (lower, lower + multiple) if v > 0 and v != value)
 
 
-def _nearest_divisors(value: int, total: int) -> str:
-    """The divisors of ``total`` just below and above ``value``."""
-    divisors = [d for d in range(1, total + 1) if total % d == 0]
-    below = [d for d in divisors if d < value]
-    above = [d for d in divisors if d > value]
+def _around(value: int, valid: list[int]) -> str:
+    """The values of ``valid`` (ascending) just below and above ``value``."""
+    below = [v for v in valid if v < value]
+    above = [v for v in valid if v > value]
     return ", ".join(str(v) for v in ([below[-1]] if below else []) + ([above[0]] if above else [])) or "none"
+
+
+def mini_batch_unit(group_size: int, world: int, micro_batch_size: int) -> int:
+    """The fewest prompts a PPO mini batch can hold: its ``× group_size`` completions must split over
+    ``world`` GPUs in whole micro batches (``mini × group_size`` a multiple of ``world × micro``)."""
+    unit = world * micro_batch_size
+    return unit // math.gcd(unit, group_size)
+
+
+def valid_mini_batches(prompt_batch_size: int, group_size: int, world: int, micro_batch_size: int) -> list[int]:
+    """Every ``ppo_mini_batch_size`` verl runs without padding for this layout, ascending."""
+    unit = mini_batch_unit(group_size, world, micro_batch_size)
+    return [m for m in range(unit, prompt_batch_size + 1, unit) if prompt_batch_size % m == 0]
+
+
+def log_prob_micro_batch(completions_per_gpu: int) -> int:
+    """The log-prob micro batch per GPU: the largest value up to ``LOG_PROB_MICRO_BATCH`` that divides
+    the completions each GPU scores (verl's ``prepare_micro_batches`` asserts the division)."""
+    return max(d for d in range(1, LOG_PROB_MICRO_BATCH + 1) if completions_per_gpu % d == 0)
 
 
 def batch_layout(prompt_batch_size: int, group_size: int, n_gpus: int, nnodes: int,
                  micro_batch_size: int = MICRO_BATCH_SIZE_PER_GPU,
                  ppo_mini_batch_size: int | None = None) -> dict[str, int]:
-    """Check verl's batch divisibility for this layout and settle ``ppo_mini_batch_size``.
+    """Every verl batch value for this layout, such that verl's own checks hold (FSDP, fixed batch sizes).
 
-    * ``prompt_batch_size × group_size`` completions must split over ``n_gpus × nnodes`` GPUs in
-      whole micro batches: divisible by ``n_gpus × nnodes × micro_batch_size``;
-    * ``ppo_mini_batch_size`` (prompts per actor update; given, or ``min(prompt_batch_size, 256)``
-      rounded down to a multiple of the GPU count) must be at most ``prompt_batch_size``, divisible
-      by ``n_gpus × nnodes``, and its completions per GPU (``ppo_mini_batch_size × group_size /
-      GPUs``) divisible by ``micro_batch_size`` (verl's ``ActorConfig`` check).
+    With ``W = n_gpus × nnodes`` data-parallel GPUs, ``P = prompt_batch_size``, ``n = group_size``,
+    ``M = ppo_mini_batch_size`` and ``m = micro_batch_size``, verl 0.9.1 asserts:
 
-    ``nnodes`` counts: GPUs on every node share the batch. Errors name the nearest valid values.
+    * ``P × n`` divisible by ``W`` (``validate_config``) and ``M ≤ P`` (``ActorConfig.validate``);
+    * ``M × n`` divisible by ``W`` (``TrainingWorker.train_mini_batch``);
+    * each GPU's ``P × n / W`` completions split into whole mini batches of ``M × n / W``
+      (``tensordict_utils.make_iterator``), i.e. ``P`` divisible by ``M`` (otherwise verl's v1
+      trainer pads the step with synthetic samples up to a whole mini batch);
+    * ``M × n / W`` divisible by ``m``, and ``P × n / W`` by the log-prob micro batch
+      (``engine.utils.prepare_micro_batches``, for the update and for the log-probs).
+
+    ``M`` unset: the largest valid value up to 256 (Training Hub's cap); the log-prob micro batch is
+    derived (:func:`log_prob_micro_batch`). Anything else is an error naming the nearest valid values.
     """
     world = n_gpus * nnodes
     where = f"n_gpus {n_gpus} × nnodes {nnodes}"
     completions = prompt_batch_size * group_size
-    unit = world * micro_batch_size
-    if completions % unit:
-        # smallest step of prompt_batch_size that keeps the product divisible
-        step = unit // math.gcd(unit, group_size)
+    unit = mini_batch_unit(group_size, world, micro_batch_size)
+    valid = valid_mini_batches(prompt_batch_size, group_size, world, micro_batch_size)
+    if not valid:
+        # no mini batch fits: prompt_batch_size must be a multiple of the unit
         micro_hint = ""
         if completions % world == 0:
-            micro_hint = f"; or micro_batch_size {_nearest_divisors(micro_batch_size, completions // world)}"
+            micros = [d for d in range(1, completions // world + 1)
+                      if valid_mini_batches(prompt_batch_size, group_size, world, d)]
+            micro_hint = f"; or micro_batch_size {_around(micro_batch_size, micros)}" if micros else ""
         raise UsageError(
-            f"prompt_batch_size {prompt_batch_size} × group_size {group_size} = {completions} completions "
-            f"per step is not divisible by {where} × micro_batch_size {micro_batch_size} = {unit}; "
-            f"nearest valid prompt_batch_size values: {_nearest(prompt_batch_size, step)}{micro_hint}"
+            f"prompt_batch_size {prompt_batch_size} × group_size {group_size} = {completions} completions per step "
+            f"cannot be split over {where} = {world} GPUs in whole micro batches of micro_batch_size "
+            f"{micro_batch_size}: a PPO mini batch needs a multiple of {unit} prompts, and prompt_batch_size a whole "
+            f"number of mini batches; nearest valid prompt_batch_size values: {_nearest(prompt_batch_size, unit)}"
+            f"{micro_hint}"
         )
-    # mini batches that split into whole micro batches on every GPU: multiples of this many prompts
-    mini_step = world * (micro_batch_size // math.gcd(micro_batch_size, group_size))
     if ppo_mini_batch_size is None:
-        mini = (min(prompt_batch_size, MAX_PPO_MINI_BATCH) // mini_step) * mini_step
-        if mini == 0:
-            multiple = (f"{where} = {world}" if mini_step == world else
-                        f"{mini_step} ({where} = {world} GPUs, in whole micro batches of {micro_batch_size})")
+        capped = [m for m in valid if m <= MAX_PPO_MINI_BATCH]
+        if not capped:
             raise UsageError(
-                f"ppo_mini_batch_size must be a multiple of {multiple} and at most prompt_batch_size "
-                f"{prompt_batch_size}; nearest valid prompt_batch_size values: {_nearest(prompt_batch_size, mini_step)}"
+                f"no ppo_mini_batch_size of at most {MAX_PPO_MINI_BATCH} prompts divides prompt_batch_size "
+                f"{prompt_batch_size} in whole micro batches on {where} = {world} GPUs; set ppo_mini_batch_size "
+                f"(nearest valid ppo_mini_batch_size values: {_around(MAX_PPO_MINI_BATCH, valid)})"
             )
+        mini = capped[-1]
     else:
         mini = ppo_mini_batch_size
-        problem = None
-        if mini > prompt_batch_size:
-            problem = f"is larger than prompt_batch_size {prompt_batch_size}"
-        elif mini % world:
-            problem = f"is not a multiple of {where} = {world}"
-        elif (mini * group_size // world) % micro_batch_size:
-            problem = (f"gives {mini * group_size // world} completions per GPU (× group_size {group_size} / {world} "
-                       f"GPUs), not a multiple of micro_batch_size {micro_batch_size}")
-        if problem:
-            valid = _nearest(min(mini, prompt_batch_size), mini_step, prompt_batch_size)
-            if mini > prompt_batch_size and prompt_batch_size % mini_step == 0:
-                valid = str(prompt_batch_size)
-            raise UsageError(f"ppo_mini_batch_size {mini} {problem}; nearest valid ppo_mini_batch_size values: {valid}")
-    log_prob_micro = max(1, min(prompt_batch_size // world, 2))
+        if mini not in valid:
+            if mini > prompt_batch_size:
+                problem = f"is larger than prompt_batch_size {prompt_batch_size}"
+            elif (mini * group_size) % world:
+                problem = (f"× group_size {group_size} = {mini * group_size} completions cannot be split over "
+                           f"{where} = {world} GPUs")
+            elif (mini * group_size // world) % micro_batch_size:
+                problem = (f"gives {mini * group_size // world} completions per GPU (× group_size {group_size} / "
+                           f"{world} GPUs), not a multiple of micro_batch_size {micro_batch_size}")
+            else:
+                problem = (f"does not divide prompt_batch_size {prompt_batch_size} (verl would pad each step "
+                           f"with synthetic samples up to a whole number of mini batches)")
+            raise UsageError(f"ppo_mini_batch_size {mini} {problem}; nearest valid ppo_mini_batch_size values: "
+                             f"{_around(mini, valid)}")
+    per_gpu = completions // world
     return {"world_size": world, "ppo_mini_batch_size": mini, "ppo_micro_batch_size_per_gpu": micro_batch_size,
-            "log_prob_micro_batch_size_per_gpu": log_prob_micro, "completions_per_step": completions}
+            "log_prob_micro_batch_size_per_gpu": log_prob_micro_batch(per_gpu), "completions_per_step": completions,
+            "completions_per_gpu": per_gpu}
 
 
 def planned_steps(params: dict[str, Any], num_prompts: int | None) -> int | None:
