@@ -149,6 +149,8 @@ def show_plan(resolved: Any, as_json: bool, footer: str | None = "Dry run: nothi
     out.print(f"[bold]{data['algorithm']}[/bold] on backend [bold]{data['backend']}[/bold] ({data['backend_reason']})")
     rows = [[name, format_value(p["value"]), p["source"]] for name, p in data["parameters"].items()]
     table(None, ["parameter", "value", "source"], rows)
+    for note in data.get("training_hub_notes") or []:  # Training Hub names accepted as thub behaves
+        out.print(f"training-hub name {note}", markup=False)
     out.print(f"\n[bold]Backend-native configuration ({data['backend']}):[/bold]")
     if data["translation"] is None:
         out.print("(this backend provides no translation)")

@@ -470,15 +470,17 @@ def rows() -> list[dict[str, Any]]:
 
     registry = get_registry()
     fields = {fn: registry.algorithm(fn).load_parameters().model_fields for fn in FUNCTIONS}
-    table: dict[str, dict[str, Any]] = {}
+    table: dict[tuple[str, str], dict[str, Any]] = {}
     for fn in FUNCTIONS:
         for name in names_for(fn):
             rule = rule_for(fn, name, fields[fn])
             kind = rule.kind if rule else "unclassified"
-            row = table.setdefault(name, {"name": name, "functions": [], "kind": kind,
-                                          "thub": (rule.thub if rule else "") or "", "note": rule.note if rule else ""})
+            # one row per (name, kind): max_tokens is thub's own for grpo, refused for osft
+            row = table.setdefault((name, kind), {"name": name, "functions": [], "kind": kind,
+                                                  "thub": (rule.thub if rule else "") or "",
+                                                  "note": rule.note if rule else ""})
             row["functions"].append(fn)
-    return [table[name] for name in sorted(table)]
+    return [table[key] for key in sorted(table)]
 
 
 def markdown_table() -> str:

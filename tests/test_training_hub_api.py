@@ -1,0 +1,134 @@
+"""thub's Python API as a Training Hub drop-in: positional arguments, default backend, data
+paths, callbacks called in the parent from run events, and Training Hub's result keys."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import thub
+from thub.compat import training_hub as th
+from thub.compat.training_hub_api import _Dispatcher, observe, result_with_training_hub_keys
+from thub.errors import UsageError
+from thub.manager import get_registry
+from thub.specs import RunEvent
+
+ROOT = Path(__file__).parents[1]
+DATA = str(ROOT / "examples" / "data" / "chat.jsonl")
+
+
+def test_positional_arguments_bind_in_training_hubs_order() -> None:
+    bound = th.bind("osft", ("m", "d.jsonl", 0.25, 16, 4096, 1024, 5e-6, "out"), {"seed": 1})
+    assert bound == {"model_path": "m", "data_path": "d.jsonl", "unfreeze_rank_ratio": 0.25,
+                     "effective_batch_size": 16, "max_tokens_per_gpu": 4096, "max_seq_len": 1024,
+                     "learning_rate": 5e-6, "ckpt_output_dir": "out", "seed": 1}
+    assert th.bind("lora_grpo", ("m", "out", "d.jsonl"), {})["data_path"] == "d.jsonl"
+    with pytest.raises(TypeError, match="multiple values for argument 'data_path'"):
+        th.bind("sft", ("m", "d.jsonl"), {"data_path": "x"})
+    with pytest.raises(TypeError, match="takes 35 positional arguments"):
+        th.bind("sft", tuple(range(36)), {})
+
+
+def test_api_function_refuses_training_hub_name_before_launch(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="save_total_limit is not supported by thub"):
+        thub.lora_sft("m", DATA, str(tmp_path / "o"), "trl", save_total_limit=2)
+    assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_hub_dataset_id_is_refused_before_launch(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="looks like a Hugging Face dataset id.*export it once"):
+        thub.lora_grpo("m", str(tmp_path / "o"), "Agent-Ark/Toucan-1.5M", backend="trl")
+    th.check_data_path("grpo", DATA)  # a local file passes
+
+
+def test_default_backend_is_training_hubs_when_it_can_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = get_registry()
+    monkeypatch.setattr("thub.selection.cuda_visible", lambda: False)
+    assert th.default_backend(registry, "sft") is None  # instructlab-training needs a GPU: thub's choice
+    monkeypatch.setattr("thub.selection.cuda_visible", lambda: True)
+    assert th.default_backend(registry, "sft") == "instructlab-training"  # installed here (CI installs it)
+    assert th.default_backend(registry, "osft") == "mini-trainer"
+
+
+class Recorder:
+    """A Training Hub callback with instance state (kept: it is never pickled)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, Any]] = []
+
+    def __getattr__(self, hook: str) -> Any:
+        if hook not in th.CALLBACK_HOOKS:
+            raise AttributeError(hook)
+        return lambda context: self.calls.append((hook, context.step, context.loss))
+
+
+def _event(kind: str, data: dict[str, Any]) -> RunEvent:
+    return RunEvent(kind, "/runs/x", "sft", "trl", data)  # type: ignore[arg-type]
+
+
+def test_events_become_training_hub_hooks_in_order() -> None:
+    recorder = Recorder()
+    seen: list[tuple[int, dict[str, Any]]] = []
+    dispatcher = _Dispatcher([recorder], lambda step, line: seen.append((step, line)))
+    for event in (_event("started", {}),
+                  _event("metrics", {"step": 1, "epoch": 0.5, "loss": 2.0, "learning_rate": 1e-4}),
+                  _event("checkpoint", {"step": 1, "path": "/runs/x/checkpoints/step-1"}),
+                  _event("metrics", {"step": 2, "epoch": 1.0, "loss": 1.5, "eval_loss": 1.7}),
+                  _event("finished", {"status": "succeeded"})):
+        dispatcher.thub_on_event(event)
+    assert [c[0] for c in recorder.calls] == [
+        "on_train_begin",
+        "on_epoch_begin", "on_step_begin", "on_log", "on_step_end",
+        "on_save",
+        "on_epoch_end", "on_epoch_begin", "on_step_begin", "on_log", "on_evaluate", "on_step_end",
+        "on_epoch_end", "on_train_end"]
+    assert recorder.calls[2] == ("on_step_begin", 1, 2.0)
+    assert recorder.calls[-1] == ("on_train_end", 2, 1.5)
+    assert [step for step, _ in seen] == [1, 2]
+
+
+def test_failing_hook_is_logged_and_the_others_still_run(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(thub.TrainingHubCallback):
+        def on_log(self, context: Any) -> None:
+            raise RuntimeError("boom")
+
+    recorder = Recorder()
+    dispatcher = _Dispatcher([Broken(), recorder], None)
+    with caplog.at_level(logging.ERROR, logger="thub.training_hub"):
+        dispatcher.thub_on_event(_event("metrics", {"step": 1, "loss": 1.0}))
+    assert "Broken.on_log failed" in caplog.text
+    assert ("on_log", 1, 1.0) in recorder.calls
+
+
+def test_observe_registers_a_thub_on_event_plugin_for_one_run() -> None:
+    registry = get_registry()
+    recorder = Recorder()
+    before = len(registry.pm.get_plugins())
+    with observe(recorder):  # a single callback, as Training Hub accepts
+        registry.fire(_event("started", {}))
+        assert len(registry.pm.get_plugins()) == before + 1
+    registry.fire(_event("started", {}))
+    assert recorder.calls == [("on_train_begin", 0, None)]
+    assert len(registry.pm.get_plugins()) == before
+
+
+def test_grpo_result_has_training_hubs_keys(tmp_path: Path) -> None:
+    (tmp_path / "training_metrics.jsonl").write_text('{"step": 1, "reward": 0.25}\n{"step": 2, "reward": 0.5}\n')
+    resolved = SimpleNamespace(
+        algorithm=SimpleNamespace(name="lora_grpo"),
+        values=lambda: {"ckpt_output_dir": str(tmp_path), "model_path": "m", "prompt_batch_size": 4,
+                        "group_size": 8, "lora_r": 16, "nproc_per_node": None, "num_iterations": None,
+                        "max_steps": 2})
+    result = result_with_training_hub_keys(resolved, {"status": "succeeded", "final_checkpoint": "f",
+                                                      "run_dir": str(tmp_path), "wall_seconds": 3.0,
+                                                      "checkpoints": [{"path": "c1", "step": 1}]})
+    assert result["status"] == "succeeded"  # thub's own keys win
+    assert result["reward_history"] == [0.25, 0.5] and result["final_mean_reward"] == 0.5
+    assert result["total_rollouts"] == 2 * 4 * 8
+    assert result["checkpoint_path"] == "f" and result["adapter_checkpoints"] == ["c1"]
+    for key in ("full_match_history", "timing_history", "total_time_seconds", "n_gpus", "num_iterations"):
+        assert key in result
