@@ -29,7 +29,8 @@ _COMMON = frozenset({
 })
 # Not honoured, on purpose (see README "Not honoured"): beta1, beta2, eps, weight_decay (mini-trainer 0.9.0's
 # run_training does not forward them to train.py), max_grad_norm (fixed at 1.0), gradient_checkpointing,
-# packing (always padding-free packed), tensorboard_log_dir, accelerate_full_state_at_epoch.
+# packing (always padding-free packed), accelerate_full_state_at_epoch. tensorboard_log_dir: mini-trainer has no
+# TensorBoard logger, so thub logs the metrics stream to TensorBoard from the parent (thub.trackers).
 
 HONOURED: dict[str, frozenset[str]] = {
     "sft": _COMMON,
