@@ -26,16 +26,19 @@ def _resolve(algorithm: str, backend: str | None, config: str | Path | None, all
 
 def plan_data(resolved: ResolvedConfig) -> dict[str, Any]:
     """The dry-run plan: every value with its source, and the backend-native translation."""
+    from thub.redact import redact, redact_entries
+
     values = resolved.values()
+    # secrets (URI passwords, ?token= values, *_token parameters) never reach the screen
     return {
         "schema_version": 1,
         "algorithm": resolved.algorithm.name,
         "backend": resolved.backend.name,
         "backend_reason": resolved.backend_reason,
-        "parameters": {k: {"value": v, "source": resolved.sources[k]} for k, v in values.items()},
-        "ignored": resolved.ignored,
+        "parameters": redact_entries({k: {"value": v, "source": resolved.sources[k]} for k, v in values.items()}),
+        "ignored": redact(resolved.ignored),
         "training_hub_notes": resolved.notes,
-        "translation": get_registry().translate(resolved.algorithm.name, resolved.backend.name, values),
+        "translation": redact(get_registry().translate(resolved.algorithm.name, resolved.backend.name, values)),
     }
 
 

@@ -104,7 +104,9 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ThubError as exc:
-            raise Failure(str(exc), exc.exit_code) from None
+            from thub.redact import redact_text  # a message may quote a URI with a password in it
+
+            raise Failure(redact_text(str(exc)), exc.exit_code) from None
 
 
 def _shorten(text: str, limit: int) -> str:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from thub.compat import training_hub
 from thub.config.fields import ParamInfo, param_infos, parse_text
 from thub.errors import UsageError, did_you_mean
+from thub.redact import redact
 from thub.manager import Registry
 from thub.specs import AlgorithmSpec, BackendSpec
 
@@ -176,7 +177,7 @@ def _format_validation_error(exc: ValidationError, sources: dict[str, str]) -> s
             lines.append(f"{name}: {message}")
             continue
         got = error.get("input")
-        shown = "" if isinstance(got, dict) else f", got {got!r}"
+        shown = "" if isinstance(got, dict) else f", got {redact(got, top)!r}"
         lines.append(f"{name}{origin}: {message}{shown}")
     return "invalid parameters:\n  " + "\n  ".join(lines)
 

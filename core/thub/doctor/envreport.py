@@ -20,6 +20,7 @@ from importlib import metadata
 from importlib.util import find_spec
 from typing import Any
 
+from thub.redact import REDACTED, is_secret_name, redact_text
 from thub.selection import installed_version
 
 #: Environment variables reported: these prefixes, plus the exact names below.
@@ -33,11 +34,6 @@ ENV_NAMES: frozenset[str] = frozenset({
     "LOCAL_WORLD_SIZE", "NODE_RANK", "TOKENIZERS_PARALLELISM", "VIRTUAL_ENV", "CONDA_PREFIX",
     "XDG_CACHE_HOME", "OSFT_CACHE_V", "CHECKPOINT_TRIGGER_FILENAME",
 })
-#: A variable whose name contains one of these is shown as ``<redacted>`` (vllm collect-env).
-SECRET_MARKERS: tuple[str, ...] = (
-    "TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "PRIVATE", "SIGNATURE",
-)
-REDACTED = "<redacted>"
 
 #: Distributions whose versions matter for training bugs, reported when installed.
 PACKAGES: tuple[str, ...] = (
@@ -50,21 +46,19 @@ PACKAGES: tuple[str, ...] = (
     "click", "pluggy", "rich", "wandb", "mlflow",
 )
 
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
-
 
 def is_secret(name: str) -> bool:
-    """Whether a variable's value must never be printed, judged by its name."""
-    upper = name.upper()
-    return any(marker in upper for marker in SECRET_MARKERS)
+    """Whether a variable's value must never be printed, judged by whole words of its name
+    (``HF_TOKEN``, ``WANDB_API_KEY``, ``OPENAI_KEY``; not ``TOKENIZERS_PARALLELISM``)."""
+    return is_secret_name(name, loose=True)
 
 
 def redact(name: str, value: str) -> str:
-    """The value to show for ``name``: redacted for secrets; URL credentials always stripped."""
+    """The value to show for ``name``: redacted for secrets; URI credentials and secret query
+    values (``PIP_INDEX_URL=https://user:token@host``, ``...?token=``) always stripped."""
     if is_secret(name):
         return REDACTED
-    # PIP_INDEX_URL=https://user:token@host/... leaks a token under an innocent name.
-    return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", value)
+    return redact_text(value)
 
 
 def relevant_env(env: Mapping[str, str]) -> dict[str, str]:

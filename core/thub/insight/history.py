@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from thub.errors import UsageError
+from thub.redact import redact, redact_entries
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -97,16 +98,17 @@ def show(run: str | Path) -> dict[str, Any]:
     summary = summarise(run)
     record = _read(run / "thub_run.json") or {}
     checkpoints = sorted(str(p) for p in (run / "checkpoints").glob("checkpoint-*") if p.is_dir())
-    return {
+    # an older record (or a result's error text) may hold a URI password: never shown
+    return redact({
         **summary,
-        "parameters": record.get("parameters", {}),
+        "parameters": redact_entries(record.get("parameters", {})),
         "ignored": record.get("ignored", []),
         "versions": record.get("versions", {}),
         "command_line": record.get("command_line"),
         "resume_from": record.get("resume_from"),
         "result": _read(run / "result.json"),
         "checkpoints": checkpoints,
-    }
+    })
 
 
 def diff(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
@@ -123,7 +125,7 @@ def diff(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     for name in sorted(set(params_a) | set(params_b)):
         pa, pb = params_a.get(name, {}), params_b.get(name, {})
         if pa.get("value") != pb.get("value"):
-            changed.append({"name": name, "a": pa.get("value"), "b": pb.get("value"),
+            changed.append({"name": name, "a": redact(pa.get("value"), name), "b": redact(pb.get("value"), name),
                             "source_a": pa.get("source"), "source_b": pb.get("source")})
     top = []
     for key in ("algorithm", "backend"):
@@ -132,4 +134,4 @@ def diff(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     lib_a, lib_b = (r.get("versions", {}).get("library", {}) for r in (a, b))
     if lib_a != lib_b:
         top.append({"name": "library", "a": lib_a, "b": lib_b})
-    return {"a": str(run_a), "b": str(run_b), "run": top, "parameters": changed}
+    return redact({"a": str(run_a), "b": str(run_b), "run": top, "parameters": changed})

@@ -27,6 +27,7 @@ from typing import Any
 
 from thub.errors import ThubError, UsageError
 from thub.launch.profiles import ClusterProfile, format_time, parse_time
+from thub.redact import child_environment
 
 # AF_UNIX socket paths are limited to 108 bytes (sun_path); libraries put sockets under
 # $TMPDIR with ~40 bytes of their own (datasets' SyncManager: pymp-XXXX/listener-XXXX).
@@ -258,7 +259,10 @@ def _sbatch(argv: list[str], cwd: Path, retries: int) -> str:
     """Run sbatch; retry transient controller errors with backoff; returns the job id."""
     delay = 1.0
     for attempt in range(retries + 1):
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120)
+        # the job's environment comes from ours (sbatch --export=ALL): it carries the real
+        # values of the parameters thub_run.json shows redacted (thub.redact)
+        env = dict(os.environ, **child_environment(cwd))
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
         if done.returncode == 0:
             return done.stdout.strip().split(";")[0]
         message = (done.stderr or done.stdout).strip()

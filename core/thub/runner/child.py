@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from thub.redact import real_values
 from thub.runner.context import RunContext
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.specs import load_object
@@ -28,7 +29,8 @@ def run_child(run_path: str) -> int:
     context = RunContext(
         algorithm=record["algorithm"],
         backend=record["backend"],
-        params={k: v["value"] for k, v in record["parameters"].items()},
+        # thub_run.json holds secrets redacted; the parent passes the real values (thub.redact)
+        params=real_values({k: v["value"] for k, v in record["parameters"].items()}, run_path),
         run_dir=run_dir,
         resume_from=record.get("resume_from"),
     )

@@ -25,6 +25,7 @@ from thub.runner.batching import world_size
 from thub.runner.metrics import MetricsTail, truncate_after
 from thub.runner.progress import Progress
 from thub.runner.rootcause import root_cause_from_file
+from thub.redact import child_environment, record_values, redact
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.specs import RunEvent
 from thub.selection import installed_version
@@ -58,15 +59,17 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
         "algorithm": resolved.algorithm.name,
         "backend": backend.name,
         "runner": backend.runner,
-        "parameters": {k: {"value": v, "source": resolved.sources[k]} for k, v in resolved.values().items()},
-        "ignored": resolved.ignored,
+        # secrets redacted (thub.redact); this process keeps the real values for the child
+        "parameters": {k: {"value": v, "source": resolved.sources[k]}
+                       for k, v in record_values(resolved.values(), resolved.values()["ckpt_output_dir"]).items()},
+        "ignored": redact(resolved.ignored),
         "versions": {
             "thub": __version__,
             "plugin": {"name": backend.provenance.distribution, "version": backend.provenance.version},
             "library": {"name": library_name, "version": installed_version(library_name)},
             "python": sys.version.split()[0],
         },
-        "command_line": command_line,
+        "command_line": redact(command_line),
         "resume_from": resume_from,
         "created": time.time(),
     }
@@ -133,6 +136,7 @@ class _Supervisor:
     def run(self, command: list[str]) -> tuple[int, bool]:
         """Run the child to its end; returns (exit code, whether it had to be stopped)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1", THUB_RUN_DIR=str(self.run_dir.path))
+        env.update(child_environment(self.run_dir.path))  # the real values of redacted parameters
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         stopped = False
         try:

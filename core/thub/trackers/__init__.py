@@ -169,7 +169,8 @@ def update_record(run_dir: str | Path, tracker: str, info: Mapping[str, Any], *,
     from thub.runner.rundir import write_json_atomic
 
     record = {} if reset else read_record(run_dir)
-    record[tracker] = {**record.get(tracker, {}), **{k: v for k, v in info.items() if v is not None}}
+    # a tracking URI with a password in it is written redacted, like thub_run.json
+    record[tracker] = {**record.get(tracker, {}), **{k: redact_value(k, v) for k, v in info.items() if v is not None}}
     write_json_atomic(Path(run_dir) / RECORD_FILE, record)
 
 

@@ -177,7 +177,10 @@ class ParentSink:
     def __init__(self, run_dir: str, record: Mapping[str, Any], trackers: list[str], *, resume: bool) -> None:
         self.run_dir = run_dir
         self.writers: dict[str, Any] = {}
-        params = {name: entry.get("value") for name, entry in (record.get("parameters") or {}).items()}
+        from thub.redact import real_values  # the record shows secrets redacted; the tracker needs them
+
+        params = real_values({name: entry.get("value") for name, entry in (record.get("parameters") or {}).items()},
+                             run_dir)
         metadata = run_metadata(record)
         previous = _read_previous(run_dir) if resume else {}
         for name in trackers:
