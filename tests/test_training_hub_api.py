@@ -132,3 +132,38 @@ def test_grpo_result_has_training_hubs_keys(tmp_path: Path) -> None:
     assert result["checkpoint_path"] == "f" and result["adapter_checkpoints"] == ["c1"]
     for key in ("full_match_history", "timing_history", "total_time_seconds", "n_gpus", "num_iterations"):
         assert key in result
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The resolved config each API call would run (the child is not started)."""
+    runs: list[Any] = []
+
+    def fake_run(resolved: Any, **_kwargs: Any) -> dict[str, Any]:
+        runs.append(resolved)
+        return {"status": "succeeded", "final_checkpoint": None, "run_dir": resolved.values()["ckpt_output_dir"]}
+
+    monkeypatch.setattr("thub.runner.run_training", fake_run)
+    return runs
+
+
+def test_training_hubs_default_backend_is_used_and_said(captured: list[Any], monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    monkeypatch.setattr("thub.selection.cuda_visible", lambda: True)
+    thub.sft("m", DATA, str(tmp_path), num_epochs=1, effective_batch_size=8, learning_rate=1e-5, max_seq_len=512)
+    assert captured[-1].backend.name == "instructlab-training"
+    assert captured[-1].backend_reason == "Training Hub's default backend for sft"
+    monkeypatch.setattr("thub.selection.cuda_visible", lambda: False)
+    thub.sft("m", DATA, str(tmp_path))
+    assert captured[-1].backend.name == "trl"  # Training Hub's cannot run here: thub's choice
+    assert "highest-priority" in captured[-1].backend_reason
+
+
+def test_num_iterations_on_verl_are_epochs_as_in_training_hub(captured: list[Any], tmp_path: Path) -> None:
+    prompts = str(ROOT / "examples" / "data" / "grpo.jsonl")
+    thub.grpo("m", str(tmp_path), prompts, backend="verl", num_iterations=3, allow_ignored=True)
+    resolved = captured[-1]
+    assert resolved.values()["num_epochs"] == 3 and resolved.values()["num_iterations"] is None
+    assert "training-hub name num_iterations (verl: epochs) → num_epochs" in resolved.sources["num_epochs"]
+    thub.lora_grpo("m", str(tmp_path), prompts, backend="art", num_iterations=3)
+    assert captured[-1].values()["num_iterations"] == 3  # on ART: iterations = GRPO steps, thub's meaning

@@ -61,7 +61,7 @@ def train(algorithm: str, *, backend: str | None = None, config: str | Path | No
 
 def _train(algorithm: str, backend: str | None, backend_reason: str | None, config: str | Path | None,
            overwrite: bool, resume: bool, allow_ignored: bool, progress: bool,
-           params: dict[str, Any]) -> dict[str, Any]:
+           params: dict[str, Any], relabel: dict[str, str] | None = None) -> dict[str, Any]:
     from thub.compat.training_hub_api import observe, result_with_training_hub_keys
     from thub.runner import run_training
 
@@ -70,6 +70,8 @@ def _train(algorithm: str, backend: str | None, backend_reason: str | None, conf
     resolved = _resolve(algorithm, backend, config, allow_ignored, params)
     if backend_reason:
         resolved.backend_reason = backend_reason
+    for name, label in (relabel or {}).items():
+        resolved.sources[name] = label
     with observe(callbacks, iteration_callback):
         result = run_training(resolved, overwrite=overwrite, resume=resume,
                               command_line=["thub.train", algorithm], quiet_json=not progress)
@@ -87,9 +89,10 @@ def _training_hub_call(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, 
     if backend is None and config is None:
         backend = training_hub.default_backend(get_registry(), algorithm)
         reason = f"Training Hub's default backend for {algorithm}" if backend else None
+    relabel = training_hub.verl_epochs(get_registry(), algorithm, backend, params)
     control = {key: params.pop(key, False) for key in ("overwrite", "resume", "allow_ignored", "progress")}
     return _train(algorithm, backend, reason, config, control["overwrite"], control["resume"],
-                  control["allow_ignored"], control["progress"], params)
+                  control["allow_ignored"], control["progress"], params, relabel)
 
 
 def sft(*args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -83,6 +83,8 @@ def _make_command(algorithm: str) -> click.Command:
             apply_pet_environment(resolved)  # Kubeflow Trainer / plain multi-node: this node's worker
         for problem in resolved.ignored:
             console().print(f"[yellow]warning:[/yellow] ignored by {resolved.backend.name}: {problem}")
+        for note in resolved.notes if not control["dry_run"] else ():  # the dry run's plan lists them
+            console().print(f"training-hub name {note}", markup=False)
         if launch.launcher == "slurm":
             from thub.launch.submit import launch_slurm
 

@@ -233,6 +233,9 @@ RULES: dict[str, Rule] = {
                              "(thub_on_event), never pickled into the training process"),
     "iteration_callback": Rule("api", "called in this process as f(step, metrics_line) for every metrics line"),
     "rdzv_id": Rule("same", "an int is accepted and passed as its string", "rdzv_id", _rdzv_id),
+    "num_iterations": Rule("same", "GRPO steps (Training Hub's ART meaning); Training Hub's verl backend runs "
+                                   "num_iterations epochs: thub.grpo/lora_grpo on verl pass it as num_epochs, in "
+                                   "YAML set num_epochs", "num_iterations"),
     "enable_jit_checkpoint": fixed((True, False), _JIT),
     "on_demand_checkpointing": fixed((True, False), _JIT),
     "checkpoint_storage": refuse("thub writes checkpoints to ckpt_output_dir only: mount the bucket there, or copy "
@@ -450,6 +453,20 @@ def default_backend(registry: Any, algorithm: str) -> str | None:
     if backend is None or algorithm not in backend.algorithms:
         return None
     return backend.name if backend_status(backend)[0] else None
+
+
+def verl_epochs(registry: Any, algorithm: str, backend: str | None, params: dict[str, Any]) -> dict[str, str]:
+    """Training Hub's verl backend runs ``num_iterations`` *epochs* (``trainer.total_epochs``); thub's
+    num_iterations are GRPO steps (Training Hub's ART meaning). A call in Training Hub's convention
+    that lands on verl gets thub's ``num_epochs``; returns the relabelled source. Mutates ``params``."""
+    from thub.selection import choose_backend
+
+    if algorithm not in ("grpo", "lora_grpo") or params.get("num_iterations") is None or "num_epochs" in params:
+        return {}
+    if (backend or choose_backend(registry, algorithm, None)[0].name) != "verl":
+        return {}
+    params["num_epochs"] = params.pop("num_iterations")
+    return {"num_epochs": "api num_iterations, training-hub name num_iterations (verl: epochs) → num_epochs"}
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

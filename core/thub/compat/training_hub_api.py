@@ -220,6 +220,8 @@ def result_with_training_hub_keys(resolved: Any, result: dict[str, Any]) -> dict
             "lora_r": values.get("lora_r", 0),
             "num_iterations": values.get("num_iterations") or values.get("max_steps") or steps,
         }
+    if getattr(resolved, "notes", None):  # Training Hub switches accepted as thub behaves (never dropped unseen)
+        extra["training_hub_notes"] = list(resolved.notes)
     for key, value in extra.items():
         result.setdefault(key, value)
     return result
