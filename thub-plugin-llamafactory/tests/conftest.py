@@ -48,6 +48,12 @@ def lf_env(tmp_path_factory: pytest.TempPathFactory) -> dict:
         torch = f"torch=={metadata.version('torch')}"
     except metadata.PackageNotFoundError:  # pragma: no cover - CI installs the CPU torch first
         pytest.skip("no torch beside thub to pin")
+    reuse = os.environ.get("LLAMAFACTORY_TEST_DATA_DIR")  # a data dir with the env built (development)
+    if reuse and (Path(reuse) / "envs" / "llamafactory" / "thub-env.json").exists():
+        env = Path(reuse) / "envs" / "llamafactory"
+        manifest = json.loads((env / "thub-env.json").read_text())
+        return {"data_dir": Path(reuse), "path": env, "python": str(env / "bin" / "python"), "manifest": manifest,
+                "environ": thub_env(Path(reuse))}
     data_dir = tmp_path_factory.mktemp("thub-data")
     done = subprocess.run([sys.executable, "-m", "thub", "install", "llamafactory", "--into", "managed",
                            "--installer", "pip", "--torch", torch, "--json"],

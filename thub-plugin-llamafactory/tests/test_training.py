@@ -160,7 +160,7 @@ def test_lora_and_pretraining_runs(lf_env: dict, tiny_model: Path, demo_data: Pa
 def test_sigterm_checkpoints_and_resume_continues(lf_env: dict, tiny_model: Path, demo_data: Path,
                                                   tmp_path: Path) -> None:
     out = tmp_path / "resume"
-    args = ["train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "300",
+    args = ["train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "80",
             "--effective-batch-size", "2"]
     process = subprocess.Popen([sys.executable, "-m", "thub", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=lf_env["environ"])
@@ -175,11 +175,11 @@ def test_sigterm_checkpoints_and_resume_continues(lf_env: dict, tiny_model: Path
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "interrupted", result
     stopped_at = read_metrics(out / "training_metrics.jsonl")[-1]["step"]
-    assert stopped_at < 300
+    assert stopped_at < 80
     assert result["final_checkpoint"] == str(out / "checkpoints" / f"checkpoint-{stopped_at}")
 
     resumed = thub(lf_env, *args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     lines = read_metrics(out / "training_metrics.jsonl")
-    assert [line["step"] for line in lines] == list(range(1, 301))
+    assert [line["step"] for line in lines] == list(range(1, 81))
     assert json.loads((out / "thub_run.json").read_text())["resume_from"].endswith(f"checkpoint-{stopped_at}")
