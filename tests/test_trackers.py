@@ -122,6 +122,21 @@ def test_parent_route_logs_the_metrics_stream_to_all_three(thub_plugin, tmp_path
         "value": 0.001, "source": "flag --learning-rate"}
 
 
+@pytest.mark.parametrize("backend", ["mini-trainer", "instructlab-training"])
+def test_library_runs_are_named_after_the_run_directory(backend: str) -> None:
+    registry = load_registry()
+    if backend not in registry.backends:
+        pytest.skip(f"{backend} plugin not installed")
+    base = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "runs/my-run", "wandb_project": "p",
+            "mlflow_tracking_uri": "sqlite:///x.db"}
+    args = registry.translate("sft", backend, resolve(registry, "sft", backend=backend, flags=base,
+                                                      environ={}).values())["training_args"]
+    assert (args["wandb_run_name"], args["mlflow_run_name"]) == ("my-run", "my-run")
+    named = registry.translate("sft", backend, resolve(registry, "sft", backend=backend, environ={}, flags={
+        **base, "wandb_run_name": "w", "mlflow_run_name": "m"}).values())["training_args"]
+    assert (named["wandb_run_name"], named["mlflow_run_name"]) == ("w", "m")
+
+
 def test_metadata_redacts_secrets_by_word_and_urls_with_credentials() -> None:
     assert redact_value("max_tokens", 512) == 512
     assert redact_value("hf_token", "hf_abc") == "<redacted>"

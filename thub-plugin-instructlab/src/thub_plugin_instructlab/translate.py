@@ -159,6 +159,12 @@ def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, s
         "data_output_dir": params.get("data_output_dir") or f"{ckpt}/data",
     }
     args.update({target: params[name] for name, target in _DIRECT.items() if params.get(name) is not None})
+    from thub.trackers import run_name
+
+    # an unnamed tracker run is named after the run directory (thub.trackers)
+    for tracker, key in (("wandb", "wandb_project"), ("mlflow", "mlflow_tracking_uri")):
+        if params.get(key):
+            args.setdefault(f"{tracker}_run_name", run_name(params, tracker))
     for required in ("num_epochs", "effective_batch_size", "learning_rate", "max_seq_len"):
         if required not in args:
             raise UsageError(f"instructlab-training needs {required}; set it (backend default missing)")

@@ -132,6 +132,12 @@ def training_args(algorithm: str, params: Mapping[str, Any]) -> dict[str, Any]:
                  "mlflow_experiment_name", "mlflow_run_name"):
         if params.get(name):
             args[name] = params[name]
+    from thub.trackers import run_name
+
+    # an unnamed tracker run is named after the run directory (thub.trackers)
+    for tracker, key in (("wandb", "wandb_project"), ("mlflow", "mlflow_tracking_uri")):
+        if params.get(key):
+            args.setdefault(f"{tracker}_run_name", run_name(params, tracker))
     return args
 
 
