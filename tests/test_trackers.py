@@ -78,8 +78,9 @@ def test_a_tracker_the_library_does_not_log_is_accepted_and_one_it_logs_keeps_it
 
 
 @pytest.mark.slow
-def test_parent_route_logs_the_metrics_stream_to_all_three(thub_plugin, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                            monkeypatch: pytest.MonkeyPatch, demo_data: Path) -> None:
+def test_parent_route_logs_the_metrics_stream_to_all_three(thub_plugin, thub_cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                            monkeypatch: pytest.MonkeyPatch, demo_data: Path,
+                                                            tiny_model: Path) -> None:
     from mlflow import MlflowClient
 
     from thub.runner.metrics import read_metrics
@@ -94,7 +95,7 @@ def test_parent_route_logs_the_metrics_stream_to_all_three(thub_plugin, tmp_path
     registry = thub_plugin(("echo", EchoBackend()))
     out, tb, store = tmp_path / "echo-run", tmp_path / "tb", f"sqlite:///{tmp_path / 'mlflow.db'}"
     resolved = resolve(registry, "sft", backend="echo", flags={
-        "model_path": "m", "data_path": str(demo_data / "chat.jsonl"), "ckpt_output_dir": str(out),
+        "model_path": str(tiny_model), "data_path": str(demo_data / "chat.jsonl"), "ckpt_output_dir": str(out),
         "tensorboard_log_dir": str(tb), "mlflow_tracking_uri": store, "wandb_project": "thub-tests",
         "learning_rate": 1e-3}, environ={})
     result = run_training(resolved, quiet_json=True)
@@ -120,6 +121,11 @@ def test_parent_route_logs_the_metrics_stream_to_all_three(thub_plugin, tmp_path
     assert trackers.wandb_run(wandb_dir)["display_name"] == "echo-run"
     assert trackers.wandb_config(wandb_dir)["thub"]["parameters"]["learning_rate"] == {
         "value": 0.001, "source": "flag --learning-rate"}
+
+    # where each run went, as `thub runs status` shows it
+    status = thub_cli("runs", "status", str(out))
+    assert f"tracker: mlflow run {run.info.run_id} {store} (logged by thub)" in status.stdout, status.stdout
+    assert thub_cli("runs", "status", str(out), "--json").json()["trackers"]["wandb"]["path"] == str(wandb_dir)
 
 
 @pytest.mark.parametrize("backend", ["mini-trainer", "instructlab-training"])
@@ -194,9 +200,9 @@ def _thub(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
                           env={**environ, **env}, timeout=120)
 
 
-def test_unreachable_store_stops_the_launch_with_exit_2(tmp_path: Path, demo_data: Path) -> None:
+def test_unreachable_store_stops_the_launch_with_exit_2(tmp_path: Path, demo_data: Path, tiny_model: Path) -> None:
     out = tmp_path / "never"
-    done = _thub("train", "sft", "--backend", "trl", "--model-path", "m", "--data-path",
+    done = _thub("train", "sft", "--backend", "trl", "--model-path", str(tiny_model), "--data-path",
                  str(demo_data / "chat.jsonl"), "--ckpt-output-dir", str(out),
                  "--mlflow-tracking-uri", "http://127.0.0.1:9")
     assert done.returncode == 2, done.stderr
