@@ -143,6 +143,44 @@ def test_library_runs_are_named_after_the_run_directory(backend: str) -> None:
     assert (named["wandb_run_name"], named["mlflow_run_name"]) == ("w", "m")
 
 
+@pytest.mark.slow
+def test_a_resumed_run_continues_the_same_tracker_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """thub route, --resume: MLflow logs to the same run (here a file store, allowed explicitly),
+    W&B resumes the same run id, TensorBoard appends to the same directory."""
+    from thub.testing import trackers
+    from thub.trackers.sink import ParentSink
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    run_dir, store = tmp_path / "resumed", f"file:{tmp_path / 'mlruns'}"
+    run_dir.mkdir()
+    values = {"ckpt_output_dir": str(run_dir), "tensorboard_log_dir": str(tmp_path / "tb"),
+              "mlflow_tracking_uri": store, "wandb_project": "thub-tests", "learning_rate": 0.001}
+    record = {"algorithm": "sft", "backend": "echo",
+              "parameters": {k: {"value": v, "source": "flag"} for k, v in values.items()}}
+    names = ["tensorboard", "mlflow", "wandb"]
+    first = ParentSink(str(run_dir), record, names, resume=False)
+    for step in (1, 2):
+        first.log({"step": step, "loss": LOSSES[step - 1], "timestamp": 1.0e9 + step})
+    first.close("interrupted")
+    before = json.loads((run_dir / "trackers.json").read_text())
+    again = ParentSink(str(run_dir), record, names, resume=True)
+    for step in (3, 4):
+        again.log({"step": step, "loss": LOSSES[step - 1], "timestamp": 1.0e9 + step})
+    again.close("succeeded")
+    after = json.loads((run_dir / "trackers.json").read_text())
+
+    losses = dict(enumerate(LOSSES, 1))
+    assert after["mlflow"]["run_id"] == before["mlflow"]["run_id"]
+    assert trackers.mlflow_history(store, after["mlflow"]["run_id"]) == losses
+    assert trackers.tensorboard_scalars(tmp_path / "tb") == pytest.approx(losses, rel=1e-6)
+    assert after["wandb"]["run_id"] == before["wandb"]["run_id"] and after["wandb"]["path"] != before["wandb"]["path"]
+    assert trackers.wandb_history(before["wandb"]["path"]) == {1: LOSSES[0], 2: LOSSES[1]}
+    assert trackers.wandb_history(after["wandb"]["path"]) == {3: LOSSES[2], 4: LOSSES[3]}
+
+
 def test_metadata_redacts_secrets_by_word_and_urls_with_credentials() -> None:
     assert redact_value("max_tokens", 512) == 512
     assert redact_value("hf_token", "hf_abc") == "<redacted>"
