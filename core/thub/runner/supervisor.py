@@ -200,6 +200,9 @@ def run_training(
 
     validate_trackers(resolved)  # a missing tracker package or unreachable store: exit 2, nothing written
     _preflight(resolved, force=force_launch)
+    from thub.config.model_path import check_model_path
+
+    check_model_path(params)  # a mistyped path, no config.json, no chat template: exit 2, nothing written
     run_dir.prepare(overwrite=overwrite, resume=resume)
 
     resume_from = None
