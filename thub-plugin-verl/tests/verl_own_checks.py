@@ -1,8 +1,9 @@
 """Run verl 0.9.1's own batch checks on batch layouts (a helper process for test_batch_matrix.py).
 
 Reads JSON from stdin: ``{"overrides": [...], "layouts": [{...}, ...]}``. ``overrides`` is a full
-thub override list (composed once with verl's Hydra config, as ``main_ppo`` does); each layout
-sets the batch keys (``train_batch_size``, ``n``, ``ppo_mini_batch_size``,
+thub override list (composed once with verl's Hydra config, as ``main_ppo`` does). Without
+``layouts`` the composed config itself is checked (and converted to verl's optimizer dataclass,
+which validates its fields; the rollout's imports Ray workers); each layout sets the batch keys (``train_batch_size``, ``n``, ``ppo_mini_batch_size``,
 ``ppo_micro_batch_size_per_gpu``, ``log_prob_micro_batch_size_per_gpu``, ``n_gpus_per_node``,
 ``nnodes``) on that config. Writes one JSON line per layout: ``null`` when every check passed,
 else the first failure's message.
@@ -44,13 +45,16 @@ def load_verl(root: Path) -> dict:
     ray = types.ModuleType("ray")
     ray.ObjectRef = object  # only a type annotation in verl.protocol
     sys.modules["ray"] = ray
+    from verl.protocol import DataProto
+
+    sys.modules["verl"].DataProto = DataProto  # what verl/__init__ exports (modules import it from there)
     from verl.trainer.ppo.utils import need_reference_policy
     from verl.utils import tensordict_utils as tu
-    from verl.utils.config import validate_config
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
     from verl.workers.engine.utils import prepare_micro_batches
 
     return {"tu": tu, "validate_config": validate_config, "prepare_micro_batches": prepare_micro_batches,
-            "need_reference_policy": need_reference_policy}
+            "need_reference_policy": need_reference_policy, "omega_conf_to_dataclass": omega_conf_to_dataclass}
 
 
 # verl's config copies some batch values by interpolation; the config is resolved once (resolving
@@ -132,13 +136,23 @@ def main() -> None:
     config = compose(config_dir, request["overrides"])
     warnings.simplefilter("ignore")
     out = sys.stdout
-    for layout in request["layouts"]:
-        apply(config, layout)
+    # validate_config's last check (vLLM's largest LoRA rank) imports vllm, absent here: it is left
+    # out by checking LoRA plans with lora_rank 0 (nothing else in the checks reads the rank)
+    from omegaconf import OmegaConf
+
+    OmegaConf.update(config, "actor_rollout_ref.model.lora_rank", 0, merge=False)
+    # no "layouts": the composed config itself, also through verl's rollout and optimizer dataclasses
+    whole = request.get("layouts") is None
+    for layout in [None] if whole else request["layouts"]:
+        if layout is not None:
+            apply(config, layout)
         try:
             with contextlib.redirect_stdout(sys.stderr):  # verl prints its own progress
                 verl["validate_config"](config=config, use_reference_policy=verl["need_reference_policy"](config),
                                         use_critic=False)
                 first_step(verl, config)
+                if whole:
+                    verl["omega_conf_to_dataclass"](config.actor_rollout_ref.actor.optim)
         except (AssertionError, ValueError, InstantiationException) as error:
             out.write(json.dumps(f"{type(error).__name__}: {error}") + "\n")
         else:
