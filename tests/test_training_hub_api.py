@@ -45,6 +45,23 @@ def test_hub_dataset_id_is_refused_before_launch(tmp_path: Path) -> None:
     th.check_data_path("grpo", DATA)  # a local file passes
 
 
+def test_csv_data_is_refused_with_a_conversion(tmp_path: Path) -> None:
+    """Training Hub reads CSV with messages as JSON text; the printed conversion gives thub's JSONL."""
+    import json
+    import subprocess
+    import sys
+
+    csv = tmp_path / "train.csv"
+    csv.write_text('messages\n"[{""role"": ""user"", ""content"": ""a""}, {""role"": ""assistant"", ""content"": ""b""}]"\n')
+    with pytest.raises(UsageError, match="thub does not read CSV; convert it once") as raised:
+        thub.sft("m", str(csv), str(tmp_path / "o"), "trl")
+    command = str(raised.value).split("convert it once: ", 1)[1]
+    assert command.startswith('python -c "')
+    subprocess.run([sys.executable, "-c", command[len('python -c "'):-1]], check=True, cwd=tmp_path)
+    row = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
+    assert row["messages"][1] == {"role": "assistant", "content": "b"}
+
+
 def test_default_backend_is_training_hubs_when_it_can_run(monkeypatch: pytest.MonkeyPatch) -> None:
     registry = get_registry()
     monkeypatch.setattr("thub.selection.cuda_visible", lambda: False)

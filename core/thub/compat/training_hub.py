@@ -479,6 +479,11 @@ def check_data_path(algorithm: str, data_path: Any) -> None:
     if isinstance(data_path, str) and _HUB_ID.match(data_path) and not Path(data_path).exists():
         raise UsageError(f"data_path {data_path!r} looks like a Hugging Face dataset id and is not a local path: "
                          + _HUB_DATA)
+    if isinstance(data_path, str) and data_path.lower().endswith(".csv"):
+        # Training Hub reads CSV (messages serialised as JSON text); thub reads JSONL, JSON, Parquet
+        raise UsageError(f"data_path {data_path!r}: thub does not read CSV; convert it once: python -c \"import "
+                         f"json, pandas as p; d = p.read_csv('{data_path}'); d['messages'] = d['messages']"
+                         f".map(json.loads); d.to_json('{data_path[:-4]}.jsonl', orient='records', lines=True)\"")
 
 
 def rows() -> list[dict[str, Any]]:
