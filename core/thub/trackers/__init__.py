@@ -20,7 +20,6 @@ Pure Python: no tracker package is imported here.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,24 +33,26 @@ RECORD_FILE = "trackers.json"
 
 @dataclass(frozen=True)
 class Tracker:
-    """One experiment tracker: the parameter that turns it on, all of its parameters, its package."""
+    """One experiment tracker: the parameter that turns it on, all of its parameters, its package
+    (import name, the distributions that provide it, and how to install it)."""
 
     name: str
     title: str
     key: str
     params: tuple[str, ...]
     module: str
+    distributions: tuple[str, ...]
     install: str
 
 
 TRACKERS: tuple[Tracker, ...] = (
     Tracker("tensorboard", "TensorBoard", "tensorboard_log_dir", ("tensorboard_log_dir",), "tensorboard",
-            "pip install 'tensorboard>=2.14'"),
+            ("tensorboard",), "pip install 'tensorboard>=2.14'"),
     Tracker("mlflow", "MLflow", "mlflow_tracking_uri",
-            ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name"), "mlflow",
+            ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name"), "mlflow", ("mlflow", "mlflow-skinny"),
             "pip install 'mlflow-skinny>=3'   # or the full: pip install mlflow"),
     Tracker("wandb", "Weights & Biases", "wandb_project", ("wandb_project", "wandb_entity", "wandb_run_name"),
-            "wandb", "pip install wandb"),
+            "wandb", ("wandb",), "pip install wandb"),
 )
 BY_NAME: dict[str, Tracker] = {t.name: t for t in TRACKERS}
 TRACKER_PARAMS: frozenset[str] = frozenset(p for t in TRACKERS for p in t.params)
@@ -106,33 +107,12 @@ def wandb_dir(params: Mapping[str, Any], environ: Mapping[str, str] | None = Non
     return environ.get("WANDB_DIR") or str(params["ckpt_output_dir"])
 
 
-# --- secrets ------------------------------------------------------------------------------------
-
-_SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "credential", "credentials", "apikey",
-                           "key", "auth"})
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
-REDACTED = "<redacted>"
-
-
 def redact_value(name: str, value: Any) -> Any:
-    """``value`` fit to be logged under ``name``: a secret-named parameter (``*_token``, ``api_key``,
-    ...; judged by whole words, so ``max_tokens`` is not one) becomes ``<redacted>``, and
-    credentials in URLs (``https://user:pass@host``) are stripped, also inside lists and dicts."""
-    try:  # one redaction module for the whole of thub, when it is there
-        from thub import redact as shared  # type: ignore[attr-defined]
+    """``value`` fit to be logged under ``name`` (:func:`thub.redact.redact`: secret-named values by
+    whole words of the name, URI credentials, ``?token=`` query values)."""
+    from thub.redact import redact
 
-        return shared.redact_value(name, value)
-    except (ImportError, AttributeError):
-        pass
-    if set(re.split(r"[^a-z0-9]+", name.lower())) & _SECRET_WORDS:
-        return REDACTED
-    if isinstance(value, str):
-        return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", value)
-    if isinstance(value, list):
-        return [redact_value(name, v) for v in value]
-    if isinstance(value, dict):
-        return {k: redact_value(str(k), v) for k, v in value.items()}
-    return value
+    return redact(value, name)
 
 
 def run_metadata(record: Mapping[str, Any]) -> dict[str, Any]:

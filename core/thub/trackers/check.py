@@ -206,8 +206,7 @@ def check(context: CheckContext) -> CheckResult:
     for tracker in TRACKERS:
         where = _where(backend, None, tracker)
         python = _python(backend, where)
-        version = next((v for d in ("tensorboard", "mlflow", "mlflow-skinny", "wandb")
-                        if d.startswith(tracker.module) and (v := installed_version(d))), None)
+        version = next((f"{d} {v}" for d in tracker.distributions if (v := installed_version(d))), None)
         state = (f"{version}" if version else "not installed") if python is None else (
             "installed" if _find(tracker.module, python) else "not installed") + f" in {python}"
         via = f"{backend.name}'s library" if backend and where == "library" else "thub (parent process)"
