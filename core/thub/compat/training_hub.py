@@ -96,7 +96,7 @@ KWARGS: dict[str, tuple[str, ...]] = {
              "validation_split", "validation_data_path", "validation_frequency", "validate_at_epoch",
              "min_samples_per_validation", "validate_at_final", "save_best_val_loss",
              "val_loss_improvement_threshold", "on_demand_checkpointing", "resume_from_full_state_checkpoint",
-             "pretraining_config", "osft_memory_efficient_init", "device"),
+             "pretraining_config", "osft_memory_efficient_init", "device", "torch_compile", "num_chunks"),
     "lora_sft": ("use_rslora", "use_dora", "init_lora_weights", "rank_pattern", "alpha_pattern", "loftq_config",
                  "seed", "max_grad_norm", "weight_decay", "save_model"),
     "lora_grpo": ("art_model_name", "art_project", "art_path", *_GRPO_KWARGS),
@@ -241,6 +241,8 @@ RULES: dict[str, Rule] = {
     "checkpoint_storage": refuse("thub writes checkpoints to ckpt_output_dir only: mount the bucket there, or copy "
                                  "ckpt_output_dir/checkpoints after the run"),
     "device": refuse(_HPU),
+    "torch_compile": refuse(_HPU + " (torch_compile is a Gaudi option of its osft example)"),
+    "num_chunks": refuse(_HPU + " (num_chunks is a Gaudi option of its osft example)"),
     # sft (instructlab-training TrainingArgs)
     "max_batch_len": rename("max_tokens_per_gpu"),
     "random_seed": rename("seed"),
