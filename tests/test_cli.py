@@ -8,7 +8,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-DRY = ["--model-path", "m", "--data-path", "d.jsonl", "--ckpt-output-dir", "out"]
+ROOT = Path(__file__).resolve().parents[1]
+DRY = ["--model-path", "m", "--data-path", str(ROOT / "examples/data/chat.jsonl"), "--ckpt-output-dir", "out"]
 
 
 def test_help_lists_commands(thub_cli) -> None:
@@ -47,10 +48,10 @@ def test_algorithms_and_backends_json(thub_cli) -> None:
 def test_dry_run_shows_every_value_with_source_and_translation(thub_cli) -> None:
     result = thub_cli("train", "sft", "--backend", "trl", "--dry-run", *DRY, "--learning-rate", "1e-4")
     assert result.exit_code == 0, result.stderr
-    assert "learning_rate" in result.stderr and "flag --learning-rate" in result.stderr
-    assert "effective_batch_size" in result.stderr and "backend trl" in result.stderr
-    assert "per_device_train_batch_size: 8" in result.stderr
-    assert result.stdout == ""  # humans on stderr
+    assert "learning_rate" in result.stdout and "flag --learning-rate" in result.stdout
+    assert "effective_batch_size" in result.stdout and "backend trl" in result.stdout
+    assert "per_device_train_batch_size: 8" in result.stdout
+    assert result.stderr == ""  # the plan is what was asked for: stdout
 
 
 def test_dry_run_json(thub_cli, tmp_path: Path) -> None:
@@ -92,7 +93,7 @@ def test_config_init_template_round_trips(thub_cli, tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert "# Completions sampled per prompt." in result.stdout and "# group_size: 8" in result.stdout
     filled = result.stdout.replace("model_path:   # required", "model_path: m").replace(
-        "# data_path: null", "data_path: d.jsonl").replace("ckpt_output_dir:   # required", "ckpt_output_dir: o")
+        "# data_path: null", f"data_path: {ROOT / 'examples/data/grpo.jsonl'}").replace("ckpt_output_dir:   # required", "ckpt_output_dir: o")
     config = tmp_path / "grpo.yaml"
     config.write_text(filled)
     assert yaml.safe_load(filled)["algorithm"] == "grpo"

@@ -124,7 +124,11 @@ def test_datasets_mix_from_flags_and_yaml(thub_registry, tmp_path: Path) -> None
         resolve(thub_registry, "sft", backend="trl", flags={"model_path": "m", "ckpt_output_dir": "o"}, environ={})
 
 
-def test_dataset_flag_is_repeatable_and_not_split_on_commas(thub_cli) -> None:
+def test_dataset_flag_is_repeatable_and_not_split_on_commas(thub_cli, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a dry run checks its data: two real files
+    chat = (Path(__file__).parents[1] / "examples" / "data" / "chat.jsonl").read_text()
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text(chat)
     result = thub_cli("train", "sft", "--dry-run", "--json", "--model-path", "m", "--ckpt-output-dir", "o",
                       "--dataset", "a.jsonl:prob=0.3,format=messages", "--dataset", "b.jsonl",
                       "--mix-strategy", "interleave_over", "--mix-probabilities", "0.3,0.7")

@@ -83,7 +83,7 @@ def test_sources() -> None:
     folder = resolve_source(str(FIXTURES / "thub-plugin-echo"))
     assert (folder.name, folder.distribution, folder.local) == ("echo", "thub-plugin-echo", True)
     assert resolve_source("minitrainer").name == "mini-trainer"
-    req = resolve_source("thub-plugin-foo>=1", extras=("x",))
+    req = resolve_source("thub-plugin-foo>=1", extras=("x",), package=True)
     assert (req.name, req.local, req.argument()) == ("foo", False, "thub-plugin-foo[x]>=1")
 
 

@@ -109,8 +109,8 @@ def test_text_and_json_summary(tmp_path: Path) -> None:
     a = _fake_run(tmp_path / "a", "sft", _lines(6))
     b = _fake_run(tmp_path / "b", "sft", _lines(6, start=6.0), lr=2e-5)
     code, out, err = _run("plot", str(a), str(b), "--ascii", "--ema", "0.5")
-    assert code == 0 and out == ""
-    assert "a (sft/trl)" in err and "b (sft/trl)" in err and "█" in err
+    assert code == 0 and err == ""  # the summary is a report: stdout
+    assert "a (sft/trl)" in out and "b (sft/trl)" in out and "█" in out
     code, out, _ = _run("plot", str(a), str(b), "--json", "--label", "first", "--label", "second")
     data = json.loads(out)
     assert [r["label"] for r in data["runs"]] == ["first", "second"]
@@ -120,9 +120,9 @@ def test_text_and_json_summary(tmp_path: Path) -> None:
 def test_png_needs_matplotlib_or_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = _fake_run(tmp_path / "a", "sft", _lines(3))
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # simulate a missing install
-    code, _, err = _run("plot", str(run), "-o", str(tmp_path / "x.png"))
+    code, out, err = _run("plot", str(run), "-o", str(tmp_path / "x.png"))
     assert code == 1 and "matplotlib is not installed" in err and "pip install matplotlib" in err
-    assert "a (sft/trl)" in err  # the text summary is still shown
+    assert "a (sft/trl)" in out  # the text summary is still shown
     assert not (tmp_path / "x.png").exists()
 
 
@@ -158,7 +158,7 @@ def test_history_list_show_diff(tmp_path: Path) -> None:
     assert runs["b"]["status"] == "failed" and runs["b"]["final_metric"] == "reward"
     assert runs["a"]["duration_seconds"] == 12.5
     result = runner.invoke(history, ["list", str(tmp_path / "runs")])
-    assert result.exit_code == 0 and "succeeded" in result.stderr
+    assert result.exit_code == 0 and "succeeded" in result.stdout
     result = runner.invoke(history, ["show", str(tmp_path / "runs" / "a"), "--json"])
     shown = json.loads(result.stdout)
     assert shown["parameters"]["learning_rate"]["source"] == "flag --learning-rate"
@@ -200,8 +200,8 @@ def test_plot_two_real_trl_runs(real_runs: list[Path], tmp_path: Path) -> None:
     assert [r["x"] for r in data["runs"]] == [[1, 2, 3, 4], [1, 2, 3, 4]]
     assert data["runs"][0]["label"] == "lr-5e-3 (sft/trl)"
     assert image.imread(png).shape[:2] == (450, 800)
-    code, _, err = _run("plot", *map(str, real_runs), "--ascii")
-    assert code == 0 and "lr-1e-3 (sft/trl)" in err
+    code, out, err = _run("plot", *map(str, real_runs), "--ascii")
+    assert code == 0 and "lr-1e-3 (sft/trl)" in out
 
 
 @pytest.mark.slow

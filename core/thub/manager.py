@@ -102,15 +102,15 @@ class Registry:
             ) from None
 
     def backend(self, name: str) -> BackendSpec:
-        from thub.errors import UsageError, did_you_mean
+        """The installed backend ``name`` means (any case, or an alias such as ``minitrainer``);
+        else a UsageError naming every backend thub can install and the command for it."""
+        from thub.envs.catalog import match_name, unknown_backend_message
+        from thub.errors import UsageError
 
-        try:
-            return self.backends[name]
-        except KeyError:
-            known = ", ".join(sorted(self.backends)) or "none installed"
-            raise UsageError(
-                f"unknown backend {name!r}{did_you_mean(name, self.backends)}; installed: {known}"
-            ) from None
+        found = match_name(name, self.backends)
+        if found is None:
+            raise UsageError(unknown_backend_message(name, self.backends))
+        return self.backends[found]
 
     def backends_for(self, algorithm: str) -> list[BackendSpec]:
         """Backends that run ``algorithm``, best first (priority, then name)."""

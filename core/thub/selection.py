@@ -73,17 +73,21 @@ def choose_backend(registry: Registry, algorithm: str, requested: str | None) ->
     if requested:
         backend = registry.backend(requested)
         if algorithm not in backend.algorithms:
-            runs = ", ".join(b.name for b in candidates) or "none installed"
+            if candidates:
+                runs = ", ".join(b.name for b in candidates)
+            else:
+                from thub.envs.catalog import install_advice
+
+                runs = f"none installed; {install_advice(algorithm)}"
             raise UsageError(
                 f"backend {backend.name!r} does not run {algorithm!r} "
                 f"(it runs {', '.join(sorted(backend.algorithms))}); backends for {algorithm}: {runs}"
             )
         return backend, "chosen with --backend"
     if not candidates:
-        raise UsageError(
-            f"no installed backend runs {algorithm!r}; install one, e.g. `thub install trl` "
-            "(see `thub backends`)"
-        )
+        from thub.envs.catalog import install_advice
+
+        raise UsageError(f"no installed backend runs {algorithm!r}; {install_advice(algorithm)}")
     notes = []
     for backend in candidates:
         ok, why = backend_status(backend)

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, table
+from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, stdout_console, table
 from thub.data.formats import FORMATS
 from thub.data.mixing import STRATEGIES
 from thub.data.tokenize import OVERLONG
@@ -30,8 +30,9 @@ def _dataset_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="A dataset PATH[:key=value,...]; repeatable (same as DATA arguments)."),
         click.option("--format", "data_format", type=_FORMAT_CHOICE, default="auto", show_default=True,
                      help="Format of datasets that do not set their own (auto: detected from the first row)."),
-        click.option("--mix", "strategy", type=click.Choice(STRATEGIES), default="concat", show_default=True,
-                     help="How several datasets are combined."),
+        click.option("--mix", "strategy", type=click.Choice(STRATEGIES), default=None,
+                     help="How several datasets are combined. [default: concat; `check` without --mix "
+                          "checks each dataset on its own]"),
         click.option("--probabilities", metavar="P1,P2,...", default=None,
                      help="Interleave weights, one per dataset, in order."),
         click.option("--seed", type=int, default=42, show_default=True, help="Seed of the interleave draw."),
@@ -93,7 +94,12 @@ def check(paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str, s
                                            "valid_rows": len(item.rows), "roles": dict(item.roles)}
                                           for item in loaded],
                               **problems.as_dict()}
-    if not problems:
+    # Several files are checked each on its own (`thub data check data/*.jsonl`); the mixing
+    # rules (one kind of row, probabilities) apply only to a mix: --mix, --probabilities or
+    # per-dataset prob=, as a config's `datasets:` would mix them.
+    mixing = strategy is not None or probabilities is not None or any(s.probability is not None for s in sources)
+    if not problems and mixing:
+        strategy = strategy or "concat"
         kinds = {item.kind for item in loaded}
         try:
             if len(kinds) > 1:
@@ -114,17 +120,20 @@ def check(paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str, s
     rows_ = [[item.source.path, item.format, str(len(item.rows)),
               " ".join(f"{role}:{n}" for role, n in sorted(item.roles.items())) or "-"] for item in loaded]
     table(None, ["dataset", "format", "rows", "messages per role"], rows_)
-    mixed = f"; {report['mixed_rows']} rows after {strategy}" if len(loaded) > 1 else ""
-    console().print(f"[green]ok[/green]: {sum(len(i.rows) for i in loaded)} valid rows{mixed}")
+    if "mixed_rows" in report:
+        mixed = f"; {report['mixed_rows']} rows after {strategy}" if len(loaded) > 1 else ""
+    else:
+        mixed = f" in {len(loaded)} datasets, each checked on its own" if len(loaded) > 1 else ""
+    stdout_console().print(f"[green]ok[/green]: {sum(len(i.rows) for i in loaded)} valid rows{mixed}")
 
 
-def _load_mixed(sources: list[Any], strategy: str, probabilities: str | None,
+def _load_mixed(sources: list[Any], strategy: str | None, probabilities: str | None,
                 seed: int) -> tuple[list[Any], list[dict[str, Any]], list[str]]:
     from thub.data.loading import load_sources
     from thub.data.mixing import mix_loaded
 
     loaded = load_sources(sources)
-    rows, locations = mix_loaded(loaded, strategy, _probabilities(probabilities), seed)
+    rows, locations = mix_loaded(loaded, strategy or "concat", _probabilities(probabilities), seed)
     return loaded, rows, locations
 
 
@@ -154,8 +163,9 @@ def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
             as_json: bool) -> None:
     """Render the first example(s) of each dataset with the model's chat template.
 
-    Trained tokens are shown in green, masked ones dimmed: check that exactly the assistant's
-    answers (and their end-of-turn marker) are trained.
+    Trained tokens are shown in green, masked ones dimmed (piped or redirected, where colour is
+    lost: trained text between [[ and ]]): check that exactly the assistant's answers (and their
+    end-of-turn marker) are trained.
     """
     from thub.data.loading import load_sources
     from thub.data.preview import explain
@@ -172,18 +182,29 @@ def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
         return
     from rich.text import Text
 
-    out = console()
+    out = stdout_console()
+    coloured = out.is_terminal and out.color_system is not None
     for example in report:
-        out.rule(f"{example['location']} ({example['format']})")
+        header = f"{example['location']} ({example['format']})"
+        if coloured:
+            out.rule(header)
+        else:
+            out.print(f"==> {header} <==", markup=False)
         text = Text()
         for segment in example["segments"]:
-            text.append(segment["text"], style="bold green" if segment["trained"] else "dim")
+            if coloured:
+                text.append(segment["text"], style="bold green" if segment["trained"] else "dim")
+            elif segment["trained"]:
+                text.append(f"[[{segment['text']}]]")  # without colour the markers carry the mask
+            else:
+                text.append(segment["text"])
         out.print(text)
         cut = " [yellow](truncated to max_seq_len)[/yellow]" if example["truncated"] else ""
+        legend = "[bold green]trained[/bold green] [dim]masked[/dim]" if coloured else r"\[\[trained]] masked"
         out.print(f"[bold]{example['tokens']}[/bold] tokens, [green]{example['trained_tokens']} trained[/green]{cut}"
-                  "   legend: [bold green]trained[/bold green] [dim]masked[/dim]")
+                  f"   legend: {legend}")
         if example["trained_tokens"] == 0 and example["format"] != "grpo":
-            out.print("[red]warning:[/red] no trained token in this example: check roles and the chat template")
+            console().print("[red]warning:[/red] no trained token in this example: check roles and the chat template")
 
 
 @data.command()
@@ -198,6 +219,7 @@ def stats(paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str, s
     """Counts per dataset; with --model, token lengths (p50/p90/p99/max) and trained tokens."""
     from thub.data.tokenize import percentiles, tokenize_chat, tokenize_documents
 
+    strategy = strategy or "concat"
     loaded, rows, locations = _load_mixed(_sources(paths, datasets, data_format), strategy, probabilities, seed)
     report: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION, "rows": len(rows), "strategy": strategy,
                               "sources": [{"path": i.source.path, "format": i.format, "rows": len(i.rows),
@@ -239,7 +261,7 @@ def stats(paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str, s
             if report[key]:
                 lines.append(f"[yellow]{key.replace('_', ' ')}: {report[key]}[/yellow]")
     for line in lines:
-        console().print(line)
+        stdout_console().print(line)
 
 
 def _pct(values: dict[str, int]) -> str:
@@ -270,7 +292,7 @@ def prepare(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
     sources = _sources(paths, datasets, data_format)
     start = time.perf_counter()
     result = run_prepare(sources, model, output, max_seq_len=max_seq_len, overlong=overlong,
-                         strategy=strategy, probabilities=_probabilities(probabilities), seed=seed, unmask=unmask,
+                         strategy=strategy or "concat", probabilities=_probabilities(probabilities), seed=seed, unmask=unmask,
                          num_proc=num_proc, use_cache=not no_cache)
     seconds = time.perf_counter() - start
     if as_json:

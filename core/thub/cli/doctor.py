@@ -68,7 +68,8 @@ def doctor(
 
     registry = get_registry()
     if backend is not None:
-        registry.backend(backend)  # unknown backend -> UsageError with did-you-mean (exit 2)
+        # unknown backend -> UsageError naming the install command (exit 2); `TRL` means trl
+        backend = registry.backend(backend).name
     specs = select_checks(registry.checks, ids=check_ids, tags=tags, backend=backend)
     if exclude_tags:
         specs = [spec for spec in specs if not spec.tags & set(exclude_tags)]

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from thub.cli.output import console, emit_json, table
+from thub.cli.output import emit_json, stdout_console, table
 from thub.cli.train import _flag_values, _option_for
 from thub.config.fields import param_infos
 from thub.errors import UsageError
@@ -81,7 +81,7 @@ def render(result: Any, resolved: Any, seconds: float) -> None:
     """The human report on stderr: setup, breakdown, low/expected/high, verdict, advice."""
     from thub.insight.estimator import format_bytes
 
-    out, facts, setup = console(), result.facts, result.setup
+    out, facts, setup = stdout_console(), result.facts, result.setup  # the estimate is a report: stdout
     params = f"{facts.total_params / 1e9:.3g}B" if facts.total_params >= 1e8 else f"{facts.total_params:,}"
     moe = f", MoE {facts.num_experts} experts / {facts.experts_per_token} per token" if facts.num_experts else ""
     out.print(f"[bold]{setup.algorithm}[/bold] on {facts.model_type} ({params} parameters{moe}"

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from thub.cli.output import console, emit_json, table
+from thub.cli.output import console, emit_json, stdout_console, table
 
 
 def _when(timestamp: float | None) -> str:
@@ -61,7 +61,7 @@ def show_run(run: str, as_json: bool) -> None:
     if as_json:
         emit_json({"schema_version": 1, **data})
         return
-    out = console()
+    out = stdout_console()
     out.print(f"[bold]{data['path']}[/bold]: {data['status']}, {data['algorithm']} on {data['backend']}, "
               f"step {_value(data['step'])}/{_value(data['max_steps'])}, {data['final_metric']} "
               f"{_value(data['final_value'])}, {_duration(data['duration_seconds'])}, started {_when(data['started'])}")

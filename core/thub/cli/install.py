@@ -31,7 +31,9 @@ def _conflict_text(conflicts: list[Any]) -> str:
 
 
 @click.command()
-@click.argument("backends", nargs=-1, required=True)
+@click.argument("backends", nargs=-1)
+@click.option("--package", "packages", multiple=True, metavar="SPEC",
+              help="Install this requirement from the package index, e.g. 'thub-plugin-x>=1' (repeatable).")
 @click.option("--into", type=click.Choice(["auto", "current", "managed"]), default="auto", show_default=True,
               help="current: this environment (refused on conflicts); managed: an environment of its own; "
                    "auto: current unless that would conflict.")
@@ -46,7 +48,7 @@ def _conflict_text(conflicts: list[Any]) -> str:
 @click.option("--resolve", is_flag=True, help="With --dry-run: also ask pip's resolver what would be installed (--report).")
 @dry_run_option
 @json_option
-def install(backends: tuple[str, ...], into: str, env_name: str | None, extras: tuple[str, ...], gpu: bool,
+def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env_name: str | None, extras: tuple[str, ...], gpu: bool,
             torch_spec: str | None, installer: str, editable: bool | None, force: bool, resolve: bool,
             dry_run: bool, as_json: bool) -> None:
     """Install backend plugins and their training libraries.
@@ -57,12 +59,18 @@ def install(backends: tuple[str, ...], into: str, env_name: str | None, extras: 
       thub install mini-trainer --into managed  its own environment under thub's data directory
       thub install trl --into managed --dry-run print the exact commands
       thub install ./my-plugin --env lab        any plugin folder, into environment "lab"
+      thub install --package 'thub-plugin-x>=1' a plugin from the package index
+
+    Backends thub can install by name: see docs/install.md (trl, mini-trainer, instructlab, ...).
     """
     from thub.envs.catalog import resolve_source
     from thub.envs.planner import check_current, plan_current, plan_managed
 
+    if not backends and not packages:
+        raise UsageError("install: expected a backend name, a plugin folder or --package SPEC, found none")
     try:
         sources = [resolve_source(b, extras, gpu) for b in backends]
+        sources += [resolve_source(p, extras, gpu, package=True) for p in packages]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = console()
@@ -87,7 +95,7 @@ def install(backends: tuple[str, ...], into: str, env_name: str | None, extras: 
             raise UsageError("refusing to install into the current environment: it would break installed "
                              f"plugins' requirements:\n{_conflict_text(conflicts)}\n"
                              "install it into an environment of its own instead: "
-                             f"thub install {' '.join(backends)} --into managed")
+                             f"thub install {' '.join([*backends, *(f'--package {p!r}' for p in packages)])} --into managed")
         if conflicts:
             out.print("[yellow]The current environment would conflict[/yellow]; using a managed environment:\n"
                       + _conflict_text(conflicts), markup=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, table
+from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, stdout_console, table
 from thub.manager import get_registry
 from thub.selection import backend_status, missing_requirements
 
@@ -74,13 +74,13 @@ def plugins(as_json: bool) -> None:
     ]
     table("Plugins", ["plugin", "distribution", "registered"], rows)
     for plugin in data["managed"]:
-        console().print(f"{plugin['name']}: {plugin['distribution']} {plugin['version']} in managed environment "
+        stdout_console().print(f"{plugin['name']}: {plugin['distribution']} {plugin['version']} in managed environment "
                         f"{plugin['environment']!r} ({plugin['python']}); backends: {', '.join(plugin['backends']) or '-'}",
                         markup=False)
     for note in data["shadowed"]:
         console().print(f"[yellow]note:[/yellow] {note}")
     for failure in data["failures"]:
-        console().print(
+        stdout_console().print(
             f"[red]✗ {failure['name']}[/red] ({failure['distribution'] or 'built-in'}) "
             f"failed at {failure['stage']}: {failure['error']}"
         )
@@ -144,4 +144,8 @@ def backends(algorithm: str | None, as_json: bool) -> None:
     for note in registry.shadowed:
         console().print(f"[yellow]note:[/yellow] {note}")
     if not data:
-        console().print("No backend installed. Install one, e.g. [bold]pip install thub-plugin-trl[/bold].")
+        from thub.envs.catalog import install_advice
+
+        what = f"No installed backend runs {algorithm}" if algorithm else "No backend installed"
+        advice = install_advice(algorithm) if algorithm else "install one, e.g. `thub install trl`"
+        console().print(f"{what}; {advice}.", markup=False)

@@ -1,8 +1,16 @@
-"""Output conventions: humans on stderr (rich), machine data on stdout (JSON)."""
+"""Output conventions (as pip, git and kubectl): what the user asked to see (listings, reports,
+plans, dry runs) goes to stdout, progress and diagnostics (warnings, errors, spinners) to stderr,
+and ``--json`` prints nothing but JSON on stdout. So ``thub algorithms | grep lora``,
+``thub doctor > report.txt`` and ``thub train ... --dry-run | less`` get the content.
+
+Piped or redirected, lines are not wrapped at the terminal's (or a default 80-column) width:
+a table row stays one line for ``grep``. ``COLUMNS`` still sets a width when exported.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -12,13 +20,40 @@ if TYPE_CHECKING:
 
 JSON_SCHEMA_VERSION = 1
 
+#: Width of piped output: wide enough that no table row or line wraps.
+PIPED_WIDTH = 1000
+
+
+def _make(stderr: bool) -> Console:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    if not terminal:
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+
 
 @cache
 def console() -> Console:
-    """A rich console on stderr (colour only on a terminal)."""
-    from rich.console import Console
+    """A rich console on stderr, for progress and diagnostics (colour only on a terminal)."""
+    return _make(stderr=True)
 
-    return Console(stderr=True, highlight=False, soft_wrap=False)
+
+@cache
+def stdout_console() -> Console:
+    """A rich console on stdout, for what the user asked to see: listings, reports, plans."""
+    return _make(stderr=False)
+
+
+def is_terminal() -> bool:
+    """Whether stdout is a terminal (colour and markers can be relied on)."""
+    return stdout_console().is_terminal
 
 
 def emit_json(data: Any) -> None:
@@ -27,7 +62,7 @@ def emit_json(data: Any) -> None:
 
 
 def table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-    """A rich table on stderr."""
+    """A rich table on stdout (a table is always something the user asked to see)."""
     from rich.table import Table
 
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, box=None, header_style="bold")
@@ -35,4 +70,4 @@ def table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
         t.add_column(column, overflow="fold")
     for row in rows:
         t.add_row(*row)
-    console().print(t)
+    stdout_console().print(t)

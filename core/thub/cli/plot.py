@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from thub.cli.output import console, emit_json, table
+from thub.cli.output import console, emit_json, stdout_console, table
 
 
 def _fmt(value: float | None) -> str:
@@ -71,7 +71,7 @@ def plot(run_dirs: tuple[str, ...], metric: str | None, x_axis: str, ema_alpha: 
                  f"{_fmt(s.xs[0])}-{_fmt(s.xs[-1])}", _fmt(s.ys[0]), _fmt(s.ys[-1]), _fmt(s.summary()["best"]),
                  _fmt(s.smoothed[-1] if s.smoothed else None)] for s in series]
         table(None, ["run", "metric", "points", x_axis, "first", "last", "best", "last EMA"], rows)
-        out = console()
+        out = stdout_console()  # the summary is what the user asked to see; "wrote" is a diagnostic
         if ascii_plot:
             width = max(len(s.label) for s in series)
             for s in series:
@@ -81,6 +81,6 @@ def plot(run_dirs: tuple[str, ...], metric: str | None, x_axis: str, ema_alpha: 
             for note in s.notes:
                 out.print(f"[dim]{s.label}: {note}[/dim]")
         if written:
-            out.print(f"wrote {written}")
+            console().print(f"wrote {written}")
     if error:
         raise error

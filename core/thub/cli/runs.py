@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from thub.cli.output import console, emit_json, table
+from thub.cli.output import console, emit_json, stdout_console, table
 from thub.errors import UsageError
 
 # SLURM states after which a job will not run again
@@ -92,7 +92,7 @@ def status(run_dir: str, as_json: bool) -> None:
     if as_json:
         emit_json(data)
         return
-    out = console()
+    out = stdout_console()
     out.print(f"[bold]{data['run_dir']}[/bold]: {data['algorithm']} on {data['backend']} "
               f"({data['launcher']}{', ' + data['cluster'] if data['cluster'] else ''}) - {data['status']}",
               highlight=False)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from thub.cli.output import console, emit_json, table
+from thub.cli.output import console, emit_json, stdout_console, table
 from thub.config.fields import ParamInfo, format_value, param_infos, parse_text
 from thub.manager import get_registry
 
@@ -85,6 +85,7 @@ def _make_command(algorithm: str) -> click.Command:
             console().print(f"[yellow]warning:[/yellow] ignored by {resolved.backend.name}: {problem}")
         for note in resolved.notes if not control["dry_run"] else ():  # the dry run's plan lists them
             console().print(f"training-hub name {note}", markup=False)
+        _warn_unknown_variables()
         if launch.launcher == "slurm":
             from thub.launch.submit import launch_slurm
 
@@ -92,6 +93,11 @@ def _make_command(algorithm: str) -> click.Command:
                                   overwrite=control["overwrite"], resume=control["resume"],
                                   command_line=["thub", *sys.argv[1:]]))
         if control["dry_run"]:
+            # The data gate of a real run, without a tokenizer: every source exists and passes
+            # `thub data check` (bad data: exit 2, nothing written).
+            from thub.data import training_rows
+
+            training_rows(resolved.values())
             show_plan(resolved, control["as_json"])
             return
         from thub.runner import run_training
@@ -147,7 +153,7 @@ def show_plan(resolved: Any, as_json: bool, footer: str | None = "Dry run: nothi
     if as_json:
         emit_json(data)
         return
-    out = console()
+    out = stdout_console()  # a plan is what the user asked to see: stdout (`--dry-run | less`)
     out.print(f"[bold]{data['algorithm']}[/bold] on backend [bold]{data['backend']}[/bold] ({data['backend_reason']})")
     rows = [[name, format_value(p["value"]), p["source"]] for name, p in data["parameters"].items()]
     table(None, ["parameter", "value", "source"], rows)
@@ -168,9 +174,26 @@ def show_plan(resolved: Any, as_json: bool, footer: str | None = "Dry run: nothi
         out.print(f"\n[dim]{footer}[/dim]")
 
 
+def _warn_unknown_variables() -> None:
+    """A mistyped ``THUB_*`` variable (``THUB_LEARNNG_RATE``) is named, never silently ignored."""
+    import os
+
+    from thub.envnames import describe, unknown_variables
+
+    for line in describe(unknown_variables(os.environ)):
+        console().print(f"[yellow]warning:[/yellow] {line}", markup=True, highlight=False)
+
+
 class AlgorithmGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(get_registry().algorithms)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        # An unknown algorithm gets a did-you-mean (`sfft`, `lora-sft`) rather than click's
+        # bare "No such command" (exit 2 either way).
+        if args and not args[0].startswith("-") and args[0] not in get_registry().algorithms:
+            get_registry().algorithm(args[0])  # raises UsageError with the suggestion
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in get_registry().algorithms:

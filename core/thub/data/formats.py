@@ -182,11 +182,18 @@ def _tool_calls(value: Any, ctx: _Ctx, where: str) -> list[dict[str, Any]] | Non
         arguments = fn.get("arguments", {})
         if isinstance(arguments, str):
             # Templates format arguments with `tojson`; a JSON string would be double-encoded.
+            # Text that is not a JSON object would break the chat template at training time.
             try:
                 parsed = json.loads(arguments)
-                arguments = parsed if isinstance(parsed, dict) else arguments
-            except json.JSONDecodeError:
-                pass
+            except json.JSONDecodeError as exc:
+                ctx.error(f"{where}[{i}].function.arguments", "a JSON object (as text or an object)",
+                          f"invalid JSON ({exc.msg} at column {exc.colno}) in {describe(arguments)}", "tool_calls")
+                return None
+            if not isinstance(parsed, dict):
+                ctx.error(f"{where}[{i}].function.arguments", "a JSON object (as text or an object)",
+                          f"JSON {describe(parsed)}", "tool_calls")
+                return None
+            arguments = parsed
         normalised: dict[str, Any] = {"type": "function", "function": {"name": fn["name"], "arguments": arguments}}
         if isinstance(call, dict) and call.get("id") is not None:
             normalised["id"] = call["id"]

@@ -22,6 +22,9 @@ Record = tuple[str, Any]
 _JSONL = {".jsonl", ".ndjson"}
 _JSON = {".json"}
 _PARQUET = {".parquet", ".pq"}
+#: UTF-8 byte-order mark: Windows editors and spreadsheet exports start files with it, and
+#: ``datasets``/pandas read such files; it is not part of the first record.
+_BOM = b"\xef\xbb\xbf"
 
 
 def file_kind(path: str | os.PathLike[str]) -> str:
@@ -40,7 +43,7 @@ def file_kind(path: str | os.PathLike[str]) -> str:
     if suffix in _JSON:
         # Some tools write JSON Lines under a .json name; the first non-blank byte tells.
         with p.open("rb") as handle:
-            head = handle.read(4096).lstrip()
+            head = handle.read(4096).removeprefix(_BOM).lstrip()
         return "json" if head[:1] == b"[" else "jsonl"
     if suffix in _PARQUET:
         return "parquet"
@@ -65,7 +68,7 @@ def _iter_jsonl(path: Path, problems: Problems) -> Iterator[Record]:
     # Decode the file once and call the C scanner per line: json.loads adds a Python-level
     # wrapper per call that costs ~15% on 100k-line files. Any line the scanner rejects goes
     # through json.loads again, only to get its precise error message.
-    data = path.read_bytes()
+    data = path.read_bytes().removeprefix(_BOM)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -109,7 +112,7 @@ def _iter_jsonl_bytes(path: Path, data: bytes, problems: Problems) -> Iterator[R
 def _iter_json_array(path: Path, problems: Problems) -> Iterator[Record]:
     # Decode element by element with raw_decode so every record keeps the line it starts on.
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # -sig: drops a leading byte-order mark
     except UnicodeDecodeError as exc:
         problems.error(f"{path}:1", "", f"expected UTF-8 text, found invalid byte at offset {exc.start}", kind="encoding")
         return

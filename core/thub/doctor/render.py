@@ -1,4 +1,4 @@
-"""How a doctor report looks: rich lines on stderr for people, versioned JSON for machines."""
+"""How a doctor report looks: rich lines on stdout for people, versioned JSON for machines."""
 
 from __future__ import annotations
 
@@ -140,12 +140,13 @@ def render_report(
     strict: bool = False,
     duration_ms: float | None = None,
 ) -> None:
-    """Print the report on stderr: lines grouped by plugin, a summary line, then "Fixes"."""
+    """Print the report on stdout (`thub doctor > report.txt`): lines grouped by plugin, a summary
+    line, then "Fixes"."""
     from rich.markup import escape
 
-    from thub.cli.output import console
+    from thub.cli.output import stdout_console
 
-    out = console()
+    out = stdout_console()
     labels = plugin_labels or {}
     current: str | None = None
     for outcome in outcomes:
@@ -184,9 +185,9 @@ def render_list(checks: Sequence[Any], plugin_labels: Mapping[str, str] | None =
     """``thub doctor --list-checks``: id, tags and title of every check, grouped by plugin."""
     from rich.markup import escape
 
-    from thub.cli.output import console
+    from thub.cli.output import stdout_console
 
-    out = console()
+    out = stdout_console()
     labels = plugin_labels or {}
     current: str | None = None
     width = max((len(spec.id) for spec in checks), default=0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -32,35 +33,90 @@ class PluginEntry:
     gpu_extras: tuple[str, ...] = ()
     needs_torch: bool = True
     notes: str = ""
+    #: Algorithms its backend runs, to advise a backend for an algorithm before any plugin is
+    #: installed (tests/test_first_contact.py checks them against the installed plugins).
+    algorithms: tuple[str, ...] = ()
 
 
 CATALOG: dict[str, PluginEntry] = {
     entry.name: entry
     for entry in (
         PluginEntry("trl", "thub-plugin-trl", "thub-plugin-trl", gpu_extras=("cuda",),
-                    notes="TRL + PEFT + transformers; trains on CPU or GPU"),
+                    notes="TRL + PEFT + transformers; trains on CPU or GPU",
+                    algorithms=("sft", "lora_sft", "grpo", "lora_grpo")),
         PluginEntry("mini-trainer", "thub-plugin-minitrainer", "thub-plugin-minitrainer",
                     default_extras=("mini-trainer",), gpu_extras=("cuda",),
                     notes="rhai-innovation-mini-trainer (datasets>=5); trains on NVIDIA GPUs; "
-                          "[cuda] adds flash-attn and mamba-ssm (source builds, need nvcc)"),
+                          "[cuda] adds flash-attn and mamba-ssm (source builds, need nvcc)",
+                    algorithms=("sft", "osft")),
         PluginEntry("instructlab", "thub-plugin-instructlab", "thub-plugin-instructlab",
                     gpu_extras=("cuda",),
                     notes="instructlab-training; trains on NVIDIA GPUs; [cuda] adds flash-attn, "
-                          "mamba-ssm, bitsandbytes (source builds)"),
+                          "mamba-ssm, bitsandbytes (source builds)",
+                    algorithms=("sft",)),
         PluginEntry("unsloth", "thub-plugin-unsloth", "thub-plugin-unsloth",
-                    notes="unsloth (datasets<5, trl<=1.15): conflicts with mini-trainer and trl 1.16"),
+                    notes="unsloth (datasets<5, trl<=1.15): conflicts with mini-trainer and trl 1.16",
+                    algorithms=("lora_sft",)),
         PluginEntry("art", "thub-plugin-art", "thub-plugin-art", gpu_extras=("backend",),
-                    notes="openpipe-art; [backend] pins a CUDA torch 2.10"),
+                    notes="openpipe-art; [backend] pins a CUDA torch 2.10", algorithms=("lora_grpo",)),
         PluginEntry("verl", "thub-plugin-verl", "thub-plugin-verl", gpu_extras=("vllm",),
-                    notes="verl; its extras pin torch 2.11 and vllm 0.24"),
+                    notes="verl; its extras pin torch 2.11 and vllm 0.24", algorithms=("grpo", "lora_grpo")),
         PluginEntry("llamafactory", "thub-plugin-llamafactory", "thub-plugin-llamafactory",
                     default_extras=("llamafactory",),
                     notes="llamafactory 0.9.5 (transformers<=5.6, datasets<=4.0, trl<=0.24): conflicts with "
-                          "trl 1.16 and mini-trainer, use --into managed; trains on CPU or GPU"),
+                          "trl 1.16 and mini-trainer, use --into managed; trains on CPU or GPU",
+                    algorithms=("sft", "lora_sft")),
     )
 }
 ALIASES = {"minitrainer": "mini-trainer", "mini_trainer": "mini-trainer", "ilab": "instructlab",
            "llama-factory": "llamafactory", "lf": "llamafactory"}
+
+
+def match_name(name: str, names: Iterable[str]) -> str | None:
+    """The one of ``names`` that ``name`` means: itself, its case-folded form or its alias."""
+    names = list(names)
+    if name in names:
+        return name
+    folded = {n.casefold(): n for n in names}
+    key = name.casefold()
+    return folded.get(key) or folded.get(ALIASES.get(key, key))
+
+
+def catalog_entry(name: str) -> PluginEntry | None:
+    """The catalog entry ``name`` means (backend name in any case, alias or distribution)."""
+    key = match_name(name, CATALOG)
+    if key is not None:
+        return CATALOG[key]
+    folded = name.casefold()
+    return next((e for e in CATALOG.values() if e.distribution == folded), None)
+
+
+def backends_running(algorithm: str) -> list[PluginEntry]:
+    """Catalog backends that run ``algorithm``, in catalog order (the CPU-capable trl first)."""
+    return [entry for entry in CATALOG.values() if algorithm in entry.algorithms]
+
+
+def install_advice(algorithm: str) -> str:
+    """``thub install NAME`` for the backends that run ``algorithm`` (never one that cannot)."""
+    entries = backends_running(algorithm)
+    if not entries:
+        return "no backend thub can install runs it (see `thub algorithms` for the plugin that added it)"
+    return "install a backend that runs it: " + " or ".join(f"`thub install {e.name}`" for e in entries)
+
+
+def unknown_backend_message(name: str, installed: Iterable[str]) -> str:
+    """Why ``--backend NAME`` matched no installed backend, and the command that installs it."""
+    from thub.errors import did_you_mean
+
+    installed = sorted(installed)
+    have = f"installed: {', '.join(installed) or 'none'}"
+    known = f"backends thub can install: {', '.join(CATALOG)}"
+    entry = catalog_entry(name)
+    if entry is not None:
+        return (f"backend {entry.name!r} is not installed ({have}); install it with `thub install {entry.name}` "
+                f"({known})")
+    hint = did_you_mean(name, dict.fromkeys([*installed, *CATALOG]))
+    return f"unknown backend {name!r}{hint}; {have}; {known} (`thub install NAME`)"
 
 
 @dataclass(frozen=True)
@@ -124,11 +180,22 @@ def project_name(folder: Path) -> str | None:
     return data.get("project", {}).get("name")
 
 
-def resolve_source(spec: str, extras: tuple[str, ...] = (), gpu: bool = False) -> Source:
+def resolve_source(spec: str, extras: tuple[str, ...] = (), gpu: bool = False, *, package: bool = False) -> Source:
     """Turn what the user typed (backend name, folder, requirement) into a :class:`Source`.
 
     ``extras`` are added to the entry's default extras; ``gpu`` adds its GPU-only extras.
+    A requirement (any package index name) is accepted only with ``package=True``
+    (``thub install --package SPEC``): a mistyped backend name must never install whatever
+    the index holds under that name.
     """
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if package:
+        try:
+            req = Requirement(spec)
+        except InvalidRequirement as exc:
+            raise ValueError(f"--package {spec!r}: expected a requirement such as 'thub-plugin-x>=1' ({exc})") from None
+        return Source(_env_name(req.name), req.name, spec, False, None, tuple(extras))
     path = Path(spec).expanduser()
     if ("/" in spec or spec.startswith(".")) and (path / "pyproject.toml").exists():
         dist = project_name(path) or path.name
@@ -137,10 +204,7 @@ def resolve_source(spec: str, extras: tuple[str, ...] = (), gpu: bool = False) -
             wanted = tuple(dict.fromkeys((*known.default_extras, *(known.gpu_extras if gpu else ()), *extras)))
             return Source(known.name, dist, str(path.resolve()), True, known, wanted)
         return Source(_env_name(dist), dist, str(path.resolve()), True, None, tuple(extras))
-    key = ALIASES.get(spec, spec)
-    entry = CATALOG.get(key)
-    if entry is None and key.startswith("thub-plugin-"):
-        entry = next((e for e in CATALOG.values() if e.distribution == key), None)
+    entry = catalog_entry(spec)
     if entry is not None:
         wanted = tuple(dict.fromkeys((*entry.default_extras, *(entry.gpu_extras if gpu else ()), *extras)))
         for folder in _search_dirs():
@@ -148,14 +212,16 @@ def resolve_source(spec: str, extras: tuple[str, ...] = (), gpu: bool = False) -
             if (candidate / "pyproject.toml").exists():
                 return Source(entry.name, entry.distribution, str(candidate.resolve()), True, entry, wanted)
         return Source(entry.name, entry.distribution, entry.distribution, False, entry, wanted)
-    from packaging.requirements import InvalidRequirement, Requirement
+    import difflib
 
-    try:
-        req = Requirement(spec)
-    except InvalidRequirement:
-        raise ValueError(f"unknown backend {spec!r}: not a known backend ({', '.join(sorted(CATALOG))}), "
-                         "a plugin folder or a requirement") from None
-    return Source(_env_name(req.name), req.name, spec, False, None, tuple(extras))
+    close = difflib.get_close_matches(spec.casefold(), [*CATALOG, *ALIASES], n=1, cutoff=0.6)
+    hint = f" (did you mean {ALIASES.get(close[0], close[0])!r}?)" if close else ""
+    if "/" in spec or spec.startswith("."):
+        what = f"{spec!r} is not a plugin folder (no pyproject.toml)"
+    else:
+        what = f"unknown backend {spec!r}{hint}"
+    raise ValueError(f"{what}; thub installs the backends {', '.join(CATALOG)}, a plugin folder (./path), "
+                     "or any requirement given with --package 'SPEC'")
 
 
 def _env_name(distribution: str) -> str:

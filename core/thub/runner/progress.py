@@ -8,21 +8,30 @@ from typing import Any
 from thub.cli.output import console
 
 
-def _describe(line: dict[str, Any]) -> str:
+def _describe(line: dict[str, Any], compact: bool = False) -> str:
     parts = []
-    for key in ("loss", "reward", "learning_rate", "tokens_per_second"):
+    for key in ("loss", "reward", "learning_rate"):
         value = line.get(key)
         if isinstance(value, (int, float)):
-            parts.append(f"{key.replace('_', ' ')} {value:.4g}")
-    return "  ".join(parts)
+            label = "lr" if compact and key == "learning_rate" else key.replace("_", " ")
+            parts.append(f"{label} {value:.4g}")
+    speed = line.get("tokens_per_second")
+    if isinstance(speed, (int, float)):
+        parts.append(f"{speed:,.0f} tokens/s")  # 11,290 tokens/s, never 1.129e+04
+    return (" " if compact else "  ").join(parts)
+
+
+#: Cells of the live bar: readable, and room for the ETA and metrics on 80 columns.
+BAR_WIDTH = 16
 
 
 class Progress:
     """Shows step/max_steps, loss (or reward), tokens/s and ETA on stderr."""
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, *, console: Any = None, live: bool | None = None) -> None:
         self.enabled = enabled
-        self.live = enabled and sys.stderr.isatty()
+        self.live = enabled and (sys.stderr.isatty() if live is None else live)
+        self._console = console  # default: thub's stderr console
         self._bar: Any = None
         self._task: Any = None
         self._first: dict[str, Any] | None = None
@@ -31,9 +40,14 @@ class Progress:
     def __enter__(self) -> Progress:
         if self.live:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
+            from rich.table import Column
 
-            self._bar = Bar(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=console())
+            # The bar keeps BAR_WIDTH cells and the ETA stays whole on an 80-column terminal: the
+            # metrics text (last) is what gets cut (see _fit).
+            self._bar = Bar(TextColumn("[bold]training"), BarColumn(bar_width=BAR_WIDTH), MofNCompleteColumn(),
+                            TextColumn("eta"), TimeRemainingColumn(),
+                            TextColumn("{task.fields[info]}", table_column=Column(no_wrap=True)),
+                            console=self._console or console())
             self._bar.__enter__()
             self._task = self._bar.add_task("train", total=None, info="starting")
         return self
@@ -50,9 +64,18 @@ class Progress:
         if not self.enabled:
             return
         if self._bar is not None:
-            self._bar.update(self._task, completed=line.get("step", 0), total=line.get("max_steps"), info=_describe(line))
+            self._bar.update(self._task, completed=line.get("step", 0), total=line.get("max_steps"),
+                             info=self._fit(_describe(line, compact=True), line))
         else:
             console().print(f"step {line.get('step')}/{line.get('max_steps')}  {_describe(line)}", markup=False)
+
+    def _fit(self, info: str, line: dict[str, Any]) -> str:
+        """Cut the metrics text so the bar line fits the terminal (the bar and ETA stay whole)."""
+        steps = len(str(line.get("max_steps") or line.get("step") or 0))
+        # "training " + bar + " " + "  3/32" + " eta " + "-:--:--" + " ", as rich lays them out
+        fixed = len("training ") + BAR_WIDTH + 1 + (2 * steps + 2) + len(" eta ") + 7 + 1
+        room = max(0, self._bar.console.width - fixed)
+        return info if len(info) <= room else info[:max(0, room - 1)] + "…"
 
     def _trend(self) -> str | None:
         """``loss 6.62 -> 1.86 over steps 1-32`` (or reward), from the first and last lines seen."""

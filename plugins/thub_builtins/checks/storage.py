@@ -297,8 +297,14 @@ LEFTOVER_VARIABLES: dict[str, tuple[Callable[[str], bool], str, str]] = {
 
 
 def check_leftover_env(context: CheckContext) -> CheckResult:
+    from thub.envnames import describe, unknown_variables
+
     hits = [(why, fix) for name, (bad, why, fix) in LEFTOVER_VARIABLES.items()
             if name in context.env and bad(context.env[name])]
+    # A mistyped THUB_* name (THUB_LEARNNG_RATE) is ignored by thub: name it with the nearest one.
+    unknown = unknown_variables(context.env)
+    hits += [(line, f"unset {name}" + (f"; export {near}=...   # what you probably meant" if near else ""))
+             for line, (name, near) in zip(describe(unknown), unknown, strict=True)]
     if not hits:
         return ok("no obsolete or debugging-only variables set")
     return warn(hits[0][0] if len(hits) == 1 else f"{len(hits)} obsolete or debugging-only variables set",

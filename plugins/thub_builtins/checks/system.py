@@ -90,26 +90,52 @@ def check_backend_requirements(context: CheckContext) -> CheckResult:
     if not backends:
         return skip("no backend installed", ["install one, e.g. `thub install trl`"])
     problems: dict[str, list[str]] = {}
-    missing_specs: list[str] = []
+    fixes: list[str] = []
     separate: list[str] = []
+    gpu_only: list[str] = []
     for backend in backends:
         if backend.python:
             # Its requirements live in its own managed environment, not in this interpreter.
             separate.append(f"{backend.name}: runs in {backend.python} (checked there)")
             continue
-        found = missing_requirements(backend)
         if backend.needs_cuda and not cuda_visible():
-            found.append("needs an NVIDIA GPU and none is visible here")
+            # Not applicable on this machine whatever is installed: no install fix would help here.
+            gpu_only.append(backend.name)
+            continue
+        found = missing_requirements(backend)
         if found:
             problems[backend.name] = found
-            missing_specs.extend(s for s, p in zip(backend.requirements, _problems(backend.requirements)) if p)
+            fixes.append(install_fix(backend, registry))
     details = [f"{name}: {problem}" for name, found in problems.items() for problem in found] + separate
+    if gpu_only:
+        details.append(f"{', '.join(gpu_only)}: need an NVIDIA GPU; not applicable on this machine")
     if not problems:
-        names = ", ".join(b.name for b in backends)
-        return ok(f"requirements of {names} satisfied", details)
-    fix = pip_install(*dict.fromkeys(missing_specs)) if missing_specs else "run on a machine with an NVIDIA GPU"
+        usable = [b.name for b in backends if b.name not in gpu_only]
+        summary = f"requirements of {', '.join(usable)} satisfied" if usable else "no backend can run here"
+        if gpu_only:
+            summary += f"; {', '.join(gpu_only)} need an NVIDIA GPU (not applicable here)"
+        return ok(summary, details)
     # Without --backend an installed-but-unusable backend is fine as long as nobody picks it.
-    return warn(f"unsatisfied requirements: {', '.join(problems)}", fix, details, anchor="corebackend-requirements")
+    # One fix line per backend, each consistent with what is installed (see checks/pins.py).
+    return warn(f"unsatisfied requirements: {', '.join(problems)}", "\n".join(fixes), details,
+                anchor="corebackend-requirements")
+
+
+def install_fix(backend: BackendSpec, registry: Registry) -> str:
+    """The command that installs ``backend``'s missing requirements without breaking anything
+    installed: its ``install`` hint or a pip command, else (its pins contradict what installed
+    distributions or working backends need) ``thub install NAME --into managed``."""
+    from thub.selection import backend_status
+    from thub_builtins.checks.pins import conflicting_pins, managed_install
+
+    missing = [spec for spec, problem in zip(backend.requirements, _problems(backend.requirements)) if problem]
+    working = [b for b in registry.backends.values()
+               if b.name != backend.name and b.python is None and backend_status(b)[0]]
+    conflicts = conflicting_pins(backend, missing, working)
+    if conflicts:
+        return (f"{managed_install(backend)}   # its pins conflict with this environment: "
+                + "; ".join(conflicts))
+    return backend.install or pip_install(*missing)
 
 
 def _selected_backend_requirements(backend: BackendSpec, registry: Registry) -> CheckResult:
@@ -117,7 +143,8 @@ def _selected_backend_requirements(backend: BackendSpec, registry: Registry) -> 
 
     The messages are the ones users see before a launch is refused: "backend X needs an NVIDIA
     GPU; none found" (fix: a GPU machine or a backend that trains on CPU) and "backend X is
-    missing ..." (fix: the backend's ``install`` hint, else a pip command). Both when both apply.
+    missing ..." (fix: the backend's ``install`` hint, else a pip command, or ``thub install X
+    --into managed`` when its pins contradict what is installed). Both when both apply.
     """
     from thub.selection import cuda_visible
 
@@ -130,7 +157,7 @@ def _selected_backend_requirements(backend: BackendSpec, registry: Registry) -> 
     no_gpu = backend.needs_cuda and not cuda_visible()
     if not missing and not no_gpu:
         return ok(f"requirements of {backend.name} satisfied")
-    install = backend.install or pip_install(*(spec for spec, _ in missing))
+    install = install_fix(backend, registry) if missing else ""
     details = [problem for _, problem in missing]
     if not no_gpu:
         summary = f"backend {backend.name} is missing {', '.join(spec for spec, _ in missing)}"

@@ -55,6 +55,14 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
 thub_translate_params = translation_hook(BACKEND, translate)
 
 
+def _gpu_visible(_context: CheckContext) -> bool:
+    """flash-attn is a CUDA library: without a GPU the check is "not applicable", never a failure
+    whose fix (a CUDA source build) cannot work here."""
+    from thub.selection import cuda_visible
+
+    return cuda_visible()
+
+
 def _attention_check(context: CheckContext) -> CheckResult:
     from thub.selection import requirement_problem
 
@@ -85,6 +93,6 @@ def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
     pre, gpu = frozenset({"preflight"}), frozenset({"preflight", "gpu"})
     docs = f"{README}#doctor-checks"
     register(CheckSpec("minitrainer.attention", "flash-attn or TESTING=true", _attention_check, tags=gpu,
-                       backends=only, docs=docs))
+                       backends=only, docs=docs, applies=_gpu_visible))
     register(CheckSpec("minitrainer.torchrun", "torchrun launcher", _torchrun_check, tags=pre, backends=only,
                        docs=docs))

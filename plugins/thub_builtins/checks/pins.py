@@ -1,0 +1,111 @@
+"""Whether installing a backend's missing requirements here would break what is installed.
+
+``core.backend-requirements`` used to print one ``pip install`` of every missing pin, e.g.
+``trl<=1.15`` for unsloth next to the trl backend that needs ``trl>=1.16``: following it breaks a
+working backend. A pin conflicts when the installed version of its distribution satisfies some
+other installed distribution (or installed backend) that the pin's range cannot satisfy together
+with it. Then the fix is an environment of its own: ``thub install BACKEND --into managed``.
+Metadata only; nothing is imported, no resolver runs (doctor checks take milliseconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from importlib import metadata
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from thub.specs import BackendSpec
+
+
+def _candidates(spec: SpecifierSet) -> set[Version]:
+    """Versions at and just around every bound of ``spec`` (enough to find a common version)."""
+    found: set[Version] = set()
+    for clause in spec:
+        text = clause.version.removesuffix(".*")
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        release = list(version.release)
+        bumped = ".".join(map(str, [*release[:-1], release[-1] + 1]))
+        found.update({version, Version(f"{text}.1"), Version(bumped)})
+    return found
+
+
+def compatible(a: SpecifierSet, b: SpecifierSet) -> bool:
+    """Whether some version satisfies both ranges (checked at their bounds)."""
+    if not str(a) or not str(b):
+        return True
+    both = a & b
+    return any(both.contains(v, prereleases=True) for v in _candidates(a) | _candidates(b))
+
+
+def _installed_requirements(name: str, skip: set[str]) -> Iterable[tuple[str, SpecifierSet]]:
+    """(who, range) for every installed distribution that requires ``name`` (markers applied)."""
+    for dist in metadata.distributions():
+        owner = dist.metadata.get("Name") or ""
+        if canonicalize_name(owner) in skip:
+            continue
+        for text in dist.requires or []:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(req.name) != name or not str(req.specifier):
+                continue
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            yield f"{owner} {dist.version}", req.specifier
+
+
+def conflicting_pins(backend: BackendSpec, specs: Iterable[str], others: Iterable[BackendSpec]) -> list[str]:
+    """The pins of ``specs`` that contradict what installed distributions or ``others`` need.
+
+    ``others`` are the backends that work in this environment; their requirements count as
+    installed needs even when their plugin was installed without dependencies.
+    """
+    own = canonicalize_name(backend.provenance.distribution or "")
+    found = []
+    for text in specs:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        try:
+            installed: str | None = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            installed = None
+        needs = list(_installed_requirements(name, {own, name}))
+        for other in others:
+            for pin in other.requirements:
+                try:
+                    theirs = Requirement(pin)
+                except InvalidRequirement:
+                    continue
+                if canonicalize_name(theirs.name) == name and str(theirs.specifier):
+                    needs.append((f"backend {other.name}", theirs.specifier))
+        for who, wanted in needs:
+            if installed is not None and not wanted.contains(installed, prereleases=True):
+                continue  # already unsatisfied: not something this install would break
+            if not compatible(req.specifier, wanted):
+                found.append(f"{text} (installed {req.name} {installed or '-'} is what {who} needs: {wanted})")
+                break
+    return found
+
+
+def managed_install(backend: BackendSpec) -> str:
+    """``thub install NAME --into managed`` for ``backend`` (catalog name, else its distribution)."""
+    from thub.envs.catalog import CATALOG, catalog_entry
+
+    entry = catalog_entry(backend.name) or next(
+        (e for e in CATALOG.values() if e.distribution == backend.provenance.distribution), None)
+    if entry is not None:
+        return f"thub install {entry.name} --into managed"
+    if backend.provenance.distribution:
+        return f"thub install --package {backend.provenance.distribution} --into managed"
+    return f"# install backend {backend.name}'s plugin into an environment of its own: thub install PLUGIN --into managed"
