@@ -259,3 +259,11 @@ def test_config_file_and_set_take_training_hub_names(thub_cli, tmp_path: Path) -
     result = thub_cli("train", "lora_sft", "--backend", "trl", "--config", str(config), "--dry-run")
     assert result.exit_code == 2
     assert f"{config}:" in result.stderr and "save_total_limit is not supported by thub" in result.stderr
+
+
+def test_none_is_not_given_as_in_training_hub(tmp_path: Path) -> None:
+    """Training Hub's signatures default to None; a None (or YAML null) sets nothing."""
+    plan = dry("lora_grpo", backend="verl", model_path="m", data_path=PROMPTS, ckpt_output_dir=str(tmp_path),
+               data_config=None, n_train=None, tasks=None, reward_fn=None, n_gpus=2)
+    assert plan["parameters"]["nproc_per_node"]["value"] == 2
+    assert plan["training_hub_notes"] == []

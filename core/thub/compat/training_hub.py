@@ -404,6 +404,8 @@ def translate_layers(
                 raise UsageError(f"{source}: unknown parameter {key!r}")
             if key in new:
                 continue
+            if value is None and key not in infos:
+                continue  # None is "not given" in Training Hub's signatures (a YAML null, too)
             if rule.kind == "api":
                 raise UsageError(f"{source}: {key} is a Python object or choice: pass it to thub.{algorithm}(...) "
                                  f"({rule.note})")
