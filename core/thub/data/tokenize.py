@@ -14,7 +14,7 @@ and callers print it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -130,7 +130,9 @@ def _chunks(n: int, size: int) -> Iterator[range]:
 
 def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int | None, *,
                   unmask: bool = False, overlong: str = "truncate", locations: Sequence[str] | None = None,
-                  template: ChatTemplate | None = None) -> tuple[list[dict[str, list[int]]], TokenizeStats]:
+                  template: ChatTemplate | None = None,
+                  sink: Callable[[list[dict[str, list[int]]]], None] | None = None,
+                  ) -> tuple[list[dict[str, list[int]]], TokenizeStats]:
     """Tokenize canonical chat rows with the tokenizer's chat template and assistant-only labels.
 
     Returns ``([{"input_ids", "labels"}, ...], stats)``. Labels are the token id on tokens of
@@ -142,6 +144,10 @@ def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: i
     dropped if no trained token remains), ``drop``, or ``error`` (UsageError listing them). Every
     cut or dropped sample is counted in the returned :class:`TokenizeStats`. ``locations``
     (``file:line`` per row) make those reports point at the input.
+
+    ``sink``, if given, receives each batch's samples as soon as they are built, while the next
+    batch is still encoding (so writing them costs no extra wall time), and the returned list
+    stays empty.
     """
     if overlong not in OVERLONG:
         raise UsageError(f"overlong: expected one of {', '.join(OVERLONG)}, found {overlong!r}")
@@ -182,6 +188,9 @@ def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: i
                 nxt = (kept, spans, pool.submit(backend.encode_batch, texts, add_special_tokens=False))
             if pending is not None:
                 _collect(*pending, max_seq_len, overlong, stats, out, overlong_at, where)
+                if sink is not None and out:
+                    sink(out)  # runs while the Rust tokenizer encodes the next batch
+                    out = []
             pending = nxt
     if overlong == "error" and overlong_at:
         raise UsageError(f"{len(overlong_at)} sample(s) longer than max_seq_len={max_seq_len} tokens: "
