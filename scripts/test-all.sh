@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The README's second command: install what the tests need into .venv, then run every test
+# (scripts/test.sh; extra arguments go to pytest, e.g. -m "not slow"). .ci/run calls it too.
+# It first runs scripts/setup.sh --no-demo (a no-op when that is done). Safe to run again.
+#
+# Every install line for the tests lives here (not in .ci/run): the other backends' libraries
+# and plugins (installed without their GPU stacks), unpacked reference wheels under build/,
+# experiment trackers, and a one-node SLURM. A plugin that is not installed makes its tests skip
+# with the install command as the reason (conftest.py), never a collection error.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# .venv, CPU torch, thub with its test extras, the trl backend, the tiny model (no demo run).
+bash scripts/setup.sh --no-demo
+. .venv/bin/activate
+
+# Experiment trackers (issue 20; tests/test_trackers.py, thub-plugin-trl/tests/test_trackers.py write and read
+# real runs): tensorboard, mlflow-skinny + sqlalchemy/alembic (its sqlite store), wandb (offline). ~200 MB,
+# ~20 s, no torch/transformers change.
+python -m pip install --quiet "tensorboard==2.21.0" "mlflow-skinny==3.17.2" "sqlalchemy==2.1.9" "alembic==1.20.1" \
+  "wandb==0.31.0"
+# instructlab-training imports on CPU (its data step runs here; training needs CUDA and is tested
+# up to that boundary). It adds only small packages next to torch/trl/transformers/datasets.
+python -m pip install --quiet "instructlab-training==0.16.2"
+python -m pip install --quiet --no-deps -e ./thub-plugin-instructlab
+# mini-trainer imports on CPU as well (its torchrun workers need CUDA: tested up to that boundary).
+python -m pip install --quiet "rhai-innovation-mini-trainer==0.9.0"
+python -m pip install --quiet --no-deps -e ./thub-plugin-minitrainer
+# verl: the plugin (its GPU stack, verl[vllm] with torch 2.11 + vllm 0.24, never here), hydra-core
+# and omegaconf to compose verl's config in the tests (3 small packages, no torch change), and the
+# verl 0.9.1 wheel unpacked without dependencies outside the venv (it ships top-level `tests` and
+# `scripts` packages and pins transformers<5.11, so it is not installed into .venv).
+python -m pip install --quiet "hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4"
+python -m pip install --quiet --no-deps -e ./thub-plugin-verl
+# Next to it, what verl's batch checks import (thub-plugin-verl/tests/test_batch_matrix.py runs them):
+# tensordict 0.10.0 (verl pins <=0.10.0) and four small pure-Python/compiled helpers, ~5 MB.
+python -m pip install --quiet --no-deps --upgrade --target build/verl-0.9.1 "verl==0.9.1" \
+  "tensordict==0.10.0" "cloudpickle==3.1.3" "pyvers==0.2.3" "codetiming==1.4.0" "orjson==3.13.0"
+# unsloth: the plugin only. unsloth pins trl<=1.15 / datasets<5 and pulls triton, bitsandbytes and
+# xformers (its own environment costs ~3 min + 2.9 GB), so its real CPU test is skipped here; see
+# thub-plugin-unsloth/README.md.
+python -m pip install --quiet --no-deps -e ./thub-plugin-unsloth
+# ART: the plugin only (openpipe-art[backend] pins a CUDA torch 2.10, never here), and the
+# openpipe-art 0.5.18 wheel unpacked without dependencies outside the venv: the tests read its
+# config TypedDicts and its train()/TrainableModel signatures from it (507 kB, nothing imported
+# from `art/__init__`).
+python -m pip install --quiet --no-deps -e ./thub-plugin-art
+python -m pip install --quiet --no-deps --upgrade --target build/openpipe-art-0.5.18 "openpipe-art==0.5.18"
+# LLaMA-Factory: the plugin only here (llamafactory 0.9.5 pins transformers<=5.6, datasets<=4.0,
+# trl<=0.24). Its tests build its managed environment with `thub install llamafactory --into managed`
+# (about 1.5 min, 2.2 GB) and check the translation with LLaMA-Factory's own parser and train there.
+python -m pip install --quiet --no-deps -e ./thub-plugin-llamafactory
+# Training Hub 0.11.2 (the system thub replaces), unpacked without dependencies outside the venv:
+# tests/test_training_hub_names.py reads its public functions' signatures and callback hooks with
+# `ast` (153 kB; nothing imported: it would pull instructlab-training, mini-trainer, torch, ...).
+python -m pip install --quiet --no-deps --upgrade --target build/training-hub-0.11.2 "training-hub==0.11.2"
+
+# --- SLURM for tests/test_slurm_cluster.py (issue 10): a real one-node cluster that a pytest
+# session fixture starts with scripts/slurm-up.sh and stops with scripts/slurm-down.sh. The tests
+# skip only when these binaries are missing, so install them here and CI always runs them.
+# openssl makes the self-signed certificate of the Kubeflow status endpoint in tests/test_kubeflow.py.
+if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    slurmctld slurmd slurm-client munge openssl >/dev/null
+fi
+
+# --- thub install (issue 8): tests/test_install_envs.py (marked slow + install) builds real
+# virtual environments with `python -m venv` + pip from the package index; pip's wheel cache
+# (~/.cache/pip or $PIP_CACHE_DIR) keeps reruns short, and torch comes from pip's local wheel.
+# The tests point THUB_DATA_DIR at a temporary folder. Nothing to install: check venv/ensurepip.
+python -c "import venv, ensurepip"
+
+# The README's test command (exit code 5 = no tests collected is a failure here, never a pass).
+exec bash scripts/test.sh "$@"
