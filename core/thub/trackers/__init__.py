@@ -159,7 +159,7 @@ def describe(tracker: str, info: Mapping[str, Any]) -> str:
     parts = [tracker]
     if info.get("run_id"):
         parts.append(f"run {info['run_id']}")
-    for key in ("path", "log_dir", "tracking_uri"):
+    for key in ("path", "log_dir", "tracking_uri", "project"):
         if info.get(key):
             parts.append(str(info[key]))
             break
