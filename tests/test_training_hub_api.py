@@ -184,3 +184,20 @@ def test_num_iterations_on_verl_are_epochs_as_in_training_hub(captured: list[Any
     assert "training-hub name num_iterations (verl: epochs) → num_epochs" in resolved.sources["num_epochs"]
     thub.lora_grpo("m", str(tmp_path), prompts, backend="art", num_iterations=3)
     assert captured[-1].values()["num_iterations"] == 3  # on ART: iterations = GRPO steps, thub's meaning
+
+
+@pytest.mark.slow
+def test_control_should_training_stop_checkpoints_and_stops(tiny_model: Path, tmp_path: Path) -> None:
+    """Training Hub's TrainingHubControl.should_training_stop, set by a callback in the parent, stops a
+    real trl run on CPU like Ctrl-C: a checkpoint, then status interrupted."""
+
+    class StopAtTwo(thub.TrainingHubCallback):
+        def on_step_end(self, context: Any) -> None:
+            if context.step >= 2:
+                context.control.should_training_stop = True
+
+    result = thub.lora_sft(str(tiny_model), DATA, str(tmp_path / "run"), "trl", micro_batch_size=2,
+                           max_seq_len=128, learning_rate=1e-3, callbacks=[StopAtTwo()])
+    assert result["status"] == "interrupted"
+    assert 2 <= result["last_metrics"]["step"] < 16  # 32 steps without the stop
+    assert result["final_checkpoint"] and Path(result["final_checkpoint"]).exists()
