@@ -1,0 +1,165 @@
+"""thub parameters -> an axolotl config. Pure Python: no axolotl import.
+
+The runner writes exactly this config to ``{ckpt_output_dir}/axolotl/config.yaml`` and hands it to
+axolotl (``load_cfg`` -> ``do_train``), so ``--dry-run`` shows what axolotl will read. The tests
+validate it with axolotl's own pydantic schema (``axolotl.utils.config.validate_config``), which
+OpenThoughts' launcher never called. Every honoured parameter is mapped in the README.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from thub.errors import UsageError
+from thub.runner.batching import split_batch, world_size
+from thub.selection import cuda_visible
+
+BACKEND = "axolotl"
+#: The axolotl plugin (``axolotl.integrations.base.BasePlugin``) that adds thub's Trainer callback.
+THUB_PLUGIN = "thub_plugin_axolotl.hooks.ThubPlugin"
+LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
+
+_SFT = frozenset({
+    "datasets", "mix_strategy", "mix_probabilities",
+    "num_epochs", "max_steps", "effective_batch_size", "learning_rate", "max_seq_len", "seed",
+    "save_steps", "checkpoint_at_epoch", "trust_remote_code", "gradient_checkpointing",
+    "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm",
+    "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",
+    "logging_steps", "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",
+    "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name",
+    "unmask_messages", "packing", "use_liger", "validation_split", "validation_frequency",
+    "is_pretraining", "block_size", "document_column_name",
+})
+_LORA = frozenset({"lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora"})
+
+HONOURED: dict[str, frozenset[str]] = {"sft": _SFT, "lora_sft": _SFT | _LORA}
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "sft": {"num_epochs": 1, "learning_rate": 2e-5, "max_seq_len": 1024, "effective_batch_size": 8},
+    "lora_sft": {"num_epochs": 1, "learning_rate": 2e-4, "max_seq_len": 1024, "effective_batch_size": 8},
+}
+
+#: The largest per-device batch (micro_batch_size) thub chooses when splitting effective_batch_size.
+MAX_MICRO_BATCH = 8
+
+
+def chat_dataset(path: str, unmask: bool) -> dict[str, Any]:
+    """axolotl's ``chat_template`` dataset over thub's canonical rows (role/content messages)."""
+    return {
+        "path": path,
+        "ds_type": "json",
+        "type": "chat_template",
+        "field_messages": "messages",
+        "message_property_mappings": {"role": "role", "content": "content"},
+        # thub normalised the roles already: system/user/assistant/tool, no aliases needed
+        "roles_to_train": ["system", "user", "assistant", "tool"] if unmask else ["assistant"],
+        "train_on_eos": "turn",
+        "split_thinking": False,
+    }
+
+
+def _save(params: dict[str, Any]) -> dict[str, Any]:
+    if params.get("save_steps"):
+        return {"save_strategy": "steps", "save_steps": params["save_steps"]}
+    return {"save_strategy": "epoch" if params.get("checkpoint_at_epoch") else "no"}
+
+
+def _loggers(params: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if params.get("wandb_project"):
+        out.update({"wandb_project": params["wandb_project"], "wandb_entity": params.get("wandb_entity"),
+                    "wandb_name": params.get("wandb_run_name")})
+    if params.get("tensorboard_log_dir"):
+        out["use_tensorboard"] = True
+    if params.get("mlflow_tracking_uri"):
+        out.update({"use_mlflow": True, "mlflow_tracking_uri": params["mlflow_tracking_uri"],
+                    "mlflow_experiment_name": params.get("mlflow_experiment_name"),
+                    "mlflow_run_name": params.get("mlflow_run_name")})
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The axolotl config, command and environment for ``params``."""
+    if algorithm not in HONOURED:
+        raise UsageError(f"backend {BACKEND} does not run {algorithm!r}")
+    run_dir = params["ckpt_output_dir"]
+    work = f"{run_dir}/axolotl"
+    world = world_size(params)
+    micro, accumulation = split_batch(params["effective_batch_size"], world, MAX_MICRO_BATCH)
+    pretraining = bool(params.get("is_pretraining"))
+    gpu = cuda_visible()
+    data_file = f"{work}/train.jsonl"
+    config: dict[str, Any] = {
+        "base_model": params["model_path"],
+        "trust_remote_code": bool(params.get("trust_remote_code")),
+        # the model's own chat template: the one thub validated and previews
+        "chat_template": "tokenizer_default",
+        "datasets": [
+            {"path": data_file, "ds_type": "json", "type": "completion", "field": "text"} if pretraining
+            else chat_dataset(data_file, bool(params.get("unmask_messages")))
+        ],
+        "dataset_prepared_path": f"{work}/prepared",
+        "val_set_size": float(params.get("validation_split") or 0.0),
+        "sequence_len": params["block_size"] if pretraining else params["max_seq_len"],
+        "sample_packing": bool(params.get("packing")),
+        "output_dir": f"{run_dir}/checkpoints",
+        # micro_batch_size x gradient_accumulation_steps x world size = effective_batch_size
+        # (axolotl's normalize_config multiplies by WORLD_SIZE itself)
+        "micro_batch_size": micro,
+        "gradient_accumulation_steps": accumulation,
+        "num_epochs": float(params.get("num_epochs") or 1),
+        "learning_rate": params["learning_rate"],
+        "lr_scheduler": params.get("lr_scheduler") or "linear",
+        "optimizer": "adamw_torch",
+        "seed": params["seed"],
+        "logging_steps": params["logging_steps"],
+        "gradient_checkpointing": bool(params.get("gradient_checkpointing")),
+        "bf16": "auto" if gpu else False,
+        "fp16": False,
+        "tf32": False,
+        "plugins": [THUB_PLUGIN],
+    }
+    if params.get("max_steps"):
+        config["max_steps"] = params["max_steps"]
+    config.update(_save(params))
+    for name, target in (("warmup_steps", "warmup_steps"), ("weight_decay", "weight_decay"),
+                         ("beta1", "adam_beta1"), ("beta2", "adam_beta2"), ("eps", "adam_epsilon"),
+                         ("max_grad_norm", "max_grad_norm"), ("lr_scheduler_kwargs", "lr_scheduler_kwargs")):
+        if params.get(name) is not None:
+            config[target] = params[name]
+    if params.get("validation_split"):
+        config.update({"eval_strategy": "steps", "eval_steps": params["validation_frequency"]})
+    if params.get("use_liger"):
+        config["plugins"].append(LIGER_PLUGIN)
+        config.update({"liger_rope": True, "liger_rms_norm": True, "liger_glu_activation": True,
+                       "liger_fused_linear_cross_entropy": True})
+    if algorithm == "lora_sft":
+        config.update({"adapter": "lora", "lora_r": params["lora_r"], "lora_alpha": params["lora_alpha"],
+                       "lora_dropout": params["lora_dropout"],
+                       "peft_use_rslora": bool(params.get("use_rslora")),
+                       "peft_use_dora": bool(params.get("use_dora"))})
+        if params.get("target_modules"):
+            config["lora_target_modules"] = list(params["target_modules"])
+        else:
+            config["lora_target_linear"] = True
+        if not gpu:  # axolotl auto-enables its Triton LoRA kernels, which need a GPU
+            config.update({"lora_mlp_kernel": False, "lora_qkv_kernel": False, "lora_o_kernel": False})
+    config.update(_loggers(params))
+    config_file = f"{work}/config.yaml"
+    environment = {"AXOLOTL_DO_NOT_TRACK": "1"}
+    if params.get("tensorboard_log_dir"):
+        environment["TENSORBOARD_LOGGING_DIR"] = params["tensorboard_log_dir"]
+    return {
+        "config_file": config_file,
+        "config": config,
+        "data": {
+            "mode": "pretraining" if pretraining else "chat",
+            "file": data_file,
+            "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else "assistant tokens",
+        },
+        "world_size": world,
+        # thub's child runs axolotl.cli.config.load_cfg + axolotl.cli.train.do_train on this file;
+        # the same run by hand (one process) is:
+        "command": f"python -m axolotl.cli.train {config_file}",
+        "environment": environment,
+    }

@@ -1,0 +1,162 @@
+"""thub's backend contract, the translation, and the translation checked by axolotl's own code.
+
+axolotl's checks run in a subprocess on the axolotl wheel unpacked without dependencies
+(``build/axolotl-0.19.0``, installed by .ci/run), with this environment's transformers/pydantic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from thub.config.resolve import resolve
+from thub.errors import UsageError
+from thub.manager import load_registry
+from thub.testing import BackendContract
+from thub_plugin_axolotl.runner import axolotl_rows
+
+ROOT = Path(__file__).parents[2]
+AXOLOTL = ROOT / "build" / "axolotl-0.19.0"
+CHECKS = Path(__file__).parent / "axolotl_own_checks.py"
+BASE = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
+
+
+class TestAxolotlContract(BackendContract):
+    backend = "axolotl"
+    plugin_module = "thub_plugin_axolotl"
+    readme = Path(__file__).parents[1] / "README.md"
+    samples = {
+        "sft": {**BASE, "learning_rate": 1e-4, "packing": True},
+        "lora_sft": {**BASE, "lora_r": 4, "target_modules": ["q_proj", "v_proj"]},
+    }
+
+
+def _plan(algorithm: str, **params: Any) -> dict[str, Any]:
+    registry = load_registry()
+    resolved = resolve(registry, algorithm, backend="axolotl", flags={**BASE, **params}, environ={})
+    return registry.translate(algorithm, "axolotl", resolved.values())
+
+
+def test_sft_config() -> None:
+    plan = _plan("sft", max_steps=5, save_steps=2, warmup_steps=1, beta1=0.8, unmask_messages=True)
+    config = plan["config"]
+    assert (config["base_model"], config["output_dir"], config["chat_template"]) == ("m", "out/checkpoints", "tokenizer_default")
+    assert (config["max_steps"], config["save_strategy"], config["save_steps"]) == (5, "steps", 2)
+    assert (config["warmup_steps"], config["adam_beta1"]) == (1, 0.8)
+    dataset = config["datasets"][0]
+    assert dataset["type"] == "chat_template" and dataset["field_messages"] == "messages"
+    assert dataset["message_property_mappings"] == {"role": "role", "content": "content"}
+    assert dataset["roles_to_train"] == ["system", "user", "assistant", "tool"]
+    assert _plan("sft")["config"]["datasets"][0]["roles_to_train"] == ["assistant"]
+    assert "adapter" not in config and config["plugins"] == ["thub_plugin_axolotl.hooks.ThubPlugin"]
+    assert plan["command"] == "python -m axolotl.cli.train out/axolotl/config.yaml"
+
+
+def test_lora_pretraining_and_liger() -> None:
+    config = _plan("lora_sft", lora_r=4, target_modules=["q_proj"], use_dora=True)["config"]
+    assert (config["adapter"], config["lora_r"], config["lora_target_modules"], config["peft_use_dora"]) == (
+        "lora", 4, ["q_proj"], True)
+    assert _plan("lora_sft")["config"]["lora_target_linear"] is True
+    pre = _plan("sft", is_pretraining=True, block_size=64)["config"]
+    assert pre["datasets"][0] == {"path": "out/axolotl/train.jsonl", "ds_type": "json", "type": "completion", "field": "text"}
+    assert pre["sequence_len"] == 64
+    liger = _plan("sft", use_liger=True)["config"]
+    assert "axolotl.integrations.liger.LigerPlugin" in liger["plugins"] and liger["liger_rms_norm"] is True
+
+
+@pytest.mark.parametrize(("batch", "nproc", "nnodes", "expected"), [
+    (8, None, None, (8, 1)), (32, None, None, (8, 4)), (96, 4, 2, (6, 2)), (12, 2, None, (6, 1)),
+])
+def test_effective_batch_split(batch: int, nproc: int | None, nnodes: int | None, expected: tuple[int, int]) -> None:
+    params: dict[str, Any] = {"effective_batch_size": batch}
+    if nproc:
+        params["nproc_per_node"] = nproc
+    if nnodes:
+        params["nnodes"] = nnodes
+    plan = _plan("sft", **params)
+    config = plan["config"]
+    assert (config["micro_batch_size"], config["gradient_accumulation_steps"]) == expected
+    assert config["micro_batch_size"] * config["gradient_accumulation_steps"] * plan["world_size"] == batch
+
+
+def test_batch_that_does_not_divide_is_an_error() -> None:
+    with pytest.raises(UsageError, match="effective_batch_size 12 is not a multiple of the world size 8.*8, 16"):
+        _plan("sft", effective_batch_size=12, nproc_per_node=4, nnodes=2)
+
+
+def test_unhonoured_parameter_is_rejected() -> None:
+    with pytest.raises(UsageError, match="overlong"):
+        _plan("sft", overlong="drop")
+
+
+def test_rows_keep_tool_calls_and_reject_what_axolotl_cannot_take() -> None:
+    row = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "content": "r"},
+        {"role": "assistant", "content": "a"}]}
+    assert axolotl_rows([row], ["d:1"], pretraining=False, unmask_all=False) == [row]
+    with pytest.raises(UsageError, match="d:1: unmask"):
+        axolotl_rows([{**row, "unmask": True}], ["d:1"], pretraining=False, unmask_all=False)
+    with pytest.raises(UsageError, match="d:2: pre-tokenized"):
+        axolotl_rows([{"input_ids": [1], "labels": [1]}], ["d:2"], pretraining=False, unmask_all=False)
+
+
+def _axolotl_checks(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not AXOLOTL.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"{AXOLOTL} missing: .ci/run unpacks the axolotl wheel there")
+        pytest.skip(f"{AXOLOTL} missing (pip install --no-deps --target {AXOLOTL} axolotl==0.19.0 addict colorama)")
+    done = subprocess.run([sys.executable, str(CHECKS), str(AXOLOTL)], input=json.dumps(configs), capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "AXOLOTL_DO_NOT_TRACK": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.strip().splitlines()[-len(configs):]]
+
+
+def test_axolotl_validates_the_translation(tiny_model: Path) -> None:
+    plans = [
+        _plan("sft", model_path=str(tiny_model), effective_batch_size=16, max_steps=7, save_steps=3, warmup_steps=2,
+              validation_split=0.1, validation_frequency=5),
+        _plan("lora_sft", model_path=str(tiny_model), lora_r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+              use_rslora=True, effective_batch_size=6, nproc_per_node=3),
+        _plan("sft", model_path=str(tiny_model), is_pretraining=True, block_size=64, packing=True),
+    ]
+    bad = json.loads(json.dumps(plans[0]["config"]))
+    bad["sequence_len"] = "long"  # the schema is real: a wrong type is rejected by axolotl
+    sft, lora, pre, rejected = _axolotl_checks([p["config"] for p in plans] + [bad])
+    assert "error" not in sft, sft
+    assert (sft["micro_batch_size"], sft["gradient_accumulation_steps"], sft["batch_size"]) == (8, 2, 16)
+    assert (sft["max_steps"], sft["save_strategy"], sft["save_steps"], sft["eval_steps"]) == (7, "steps", 3, 5)
+    assert sft["val_set_size"] == 0.1 and sft["world_size"] == 1 and sft["bf16"] is False
+    assert sft["dataset"]["type"] == "chat_template" and sft["dataset"]["roles_to_train"] == ["assistant"]
+    assert sft["dataset"]["message_property_mappings"] == {"role": "role", "content": "content"}
+    assert "error" not in lora, lora
+    assert (lora["adapter"], lora["lora_r"], lora["lora_alpha"], lora["lora_target_modules"], lora["peft_use_rslora"]) == (
+        "lora", 4, 8, ["q_proj", "v_proj"], True)
+    assert (lora["micro_batch_size"], lora["gradient_accumulation_steps"]) == (2, 1)
+    assert "error" not in pre, pre
+    assert (pre["dataset"]["type"], pre["dataset"]["field"], pre["sequence_len"], pre["sample_packing"]) == (
+        "completion", "text", 64, True)
+    assert "ValidationError" in rejected["error"] and "sequence_len" in rejected["error"]
+
+
+@pytest.mark.slow
+def test_mask_comparison_with_thub_on_the_demo_data(tiny_model: Path, demo_data: Path) -> None:
+    """axolotl's own chat_template strategy on every demo conversation vs thub's assistant mask."""
+    if not AXOLOTL.is_dir():
+        pytest.skip(f"{AXOLOTL} missing")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    environ.update({"PYTHONPATH": str(AXOLOTL), "CUDA_VISIBLE_DEVICES": "", "AXOLOTL_DO_NOT_TRACK": "1"})
+    done = subprocess.run([sys.executable, "-m", "thub", "data", "preview", "--model", str(tiny_model),
+                           str(demo_data / "chat.jsonl"), str(demo_data / "sharegpt.jsonl"), "-n", "1000",
+                           "--backend", "axolotl", "--json"], capture_output=True, text=True, env=environ, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    examples = json.loads(done.stdout)["examples"]
+    assert len(examples) == 80 and all("comparison" in e for e in examples)
+    # measured: axolotl (roles_to_train [assistant], train_on_eos turn) trains exactly thub's tokens
+    assert [e for e in examples if not e["comparison"]["equal"]] == []
+    assert all(e["backend"]["trained_tokens"] == e["trained_tokens"] for e in examples)
