@@ -161,7 +161,7 @@ def describe(tracker: str, info: Mapping[str, Any]) -> str:
         parts.append(f"run {info['run_id']}")
     for key in ("path", "log_dir", "tracking_uri", "project"):
         if info.get(key):
-            parts.append(str(info[key]))
+            parts.append(f"project {info[key]}" if key == "project" else str(info[key]))
             break
     if info.get("route"):
         parts.append(f"(logged by {'thub' if info['route'] == 'thub' else info.get('via') or 'the library'})")
