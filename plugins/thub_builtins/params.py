@@ -87,6 +87,8 @@ class BaseParams(BaseModel):
 
     # logging
     logging_steps: int = _field(1, group="logging", help="Write a metrics line every N steps.", ge=1)
+    divergence_steps: int = _field(3, group="logging", ge=0,
+                                   help="Stop the run as failed when the loss or gradient norm is NaN/inf for this many consecutive logged steps (0: never).")
     wandb_project: str | None = _field(group="logging", help="Weights & Biases project.")
     wandb_entity: str | None = _field(group="logging", help="Weights & Biases entity.")
     wandb_run_name: str | None = _field(group="logging", help="Weights & Biases run name.")

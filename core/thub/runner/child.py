@@ -4,10 +4,14 @@ Started by the supervisor (directly, or once per rank by torchrun). It reads ``t
 imports the backend's runner by import string, and calls ``run(context)``. On the main rank it
 writes ``result.json`` (succeeded or interrupted); a crash prints its traceback to the log and
 exits 1 — the supervisor then writes the ``failed`` result with the root cause.
+
+The child stops when the thub process dies (:mod:`thub.runner.lifeline`); the result it then
+writes is final, so it carries every field the supervisor would have added and the reason.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -16,8 +20,32 @@ from typing import Any
 
 from thub.redact import real_values
 from thub.runner.context import RunContext
+from thub.runner.lifeline import PARENT_ENV, parent_alive, watch_parent
+from thub.runner.metrics import read_metrics
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.specs import load_object
+
+
+def _completed(run_dir: RunDirectory) -> bool:
+    """The metrics stream reached max_steps: every training step is done."""
+    lines = read_metrics(run_dir.metrics)
+    last = lines[-1] if lines else {}
+    return isinstance(last.get("max_steps"), int) and last.get("step", 0) >= last["max_steps"]
+
+
+def orphan_fields(run_dir: RunDirectory, started: float) -> dict[str, Any]:
+    """What the supervisor adds to result.json, for a child whose supervisor died."""
+    events = read_metrics(run_dir.events)
+    lines = read_metrics(run_dir.metrics)
+    return {
+        "reason": f"the thub parent process (pid {os.environ.get(PARENT_ENV)}) died; "
+                  "the training child stopped with it",
+        "run_dir": str(run_dir.path),
+        "checkpoints": [{"path": e["path"], "step": e["step"]} for e in events if "path" in e],
+        "last_metrics": lines[-1] if lines else None,
+        "wall_seconds": round(time.time() - started, 3),
+        "log": str(run_dir.log_file),
+    }
 
 
 def run_child(run_path: str) -> int:
@@ -35,24 +63,37 @@ def run_child(run_path: str) -> int:
         resume_from=record.get("resume_from"),
     )
     context.install_signal_handlers()
+    watch_parent()
     started = time.time()
     try:
         runner = load_object(record["runner"])
         outcome: dict[str, Any] = runner(context) or {}
-    except Exception:
+    except Exception as exc:
         traceback.print_exc()
         sys.stderr.flush()
+        if context.is_main and not parent_alive():
+            write_json_atomic(run_dir.result, {
+                "status": "failed", "algorithm": context.algorithm, "backend": context.backend,
+                "final_checkpoint": None, "exit_code": 1,
+                "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:400],
+                "root_cause": traceback.format_exception_only(exc)[-1:],
+                **orphan_fields(run_dir, started)})
         return 1
     if context.is_main:
-        status = "interrupted" if context.stop_requested or outcome.get("interrupted") else "succeeded"
-        write_json_atomic(run_dir.result, {
-            "status": status,
+        # A stop request that came after the last step (during the final save, say) did not
+        # interrupt anything: the runner's own word counts, else whether all steps are done.
+        interrupted = outcome.get("interrupted") or (context.stop_requested and not _completed(run_dir))
+        result = {
+            "status": "interrupted" if interrupted else "succeeded",
             "algorithm": context.algorithm,
             "backend": context.backend,
             "final_checkpoint": outcome.get("final_checkpoint"),
             "summary": outcome.get("summary", {}),
             "train_seconds": round(time.time() - started, 3),
-        })
+        }
+        if not parent_alive():
+            result.update(orphan_fields(run_dir, started))
+        write_json_atomic(run_dir.result, result)
     sys.stdout.flush()
     return 0
 

@@ -3,6 +3,8 @@
 Every line is one JSON object with at least ``step``, ``max_steps``, ``epoch``, ``timestamp``,
 ``learning_rate`` and ``loss`` (or ``reward`` for GRPO). Each line is written with a single
 ``write`` on an ``O_APPEND`` descriptor, so a reader never sees half a line from a live run.
+A NaN/inf value is written as ``null`` and its name listed in ``non_finite`` (JSON has no NaN),
+which is what the supervisor's divergence check reads.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class MetricsWriter:
         """Write one line for ``step``; ``max_steps`` and ``timestamp`` are filled in."""
         line = {"step": int(step), "max_steps": values.pop("max_steps", self.max_steps)}
         line.update({k: _clean(v) for k, v in values.items()})
+        non_finite = [k for k, v in values.items() if isinstance(v, float) and not math.isfinite(v)]
+        if non_finite:
+            line["non_finite"] = non_finite
         line.setdefault("timestamp", time.time())
         data = (json.dumps(line) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -72,6 +77,42 @@ def truncate_after(path: str | Path, step: int) -> int:
         tmp.write_text("".join(json.dumps(line) + "\n" for line in keep))
         os.replace(tmp, path)
     return len(lines) - len(keep)
+
+
+# the values whose NaN/inf means the weights are being destroyed
+DIVERGENCE_KEYS = ("loss", "grad_norm")
+
+
+class DivergenceWatch:
+    """Counts consecutive metrics lines whose loss or grad norm is NaN/inf.
+
+    ``update`` returns the "diverged at step K: ..." message once ``limit`` lines in a row are
+    non-finite (K is the first of them); ``limit`` 0 never triggers.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.streak: list[tuple[int, list[str]]] = []
+
+    @staticmethod
+    def non_finite(line: dict[str, Any]) -> list[str]:
+        marked = line.get("non_finite") or []
+        return [key for key in DIVERGENCE_KEYS
+                if key in marked or (isinstance(line.get(key), float) and not math.isfinite(line[key]))]
+
+    def update(self, line: dict[str, Any]) -> str | None:
+        bad = self.non_finite(line)
+        if not bad:
+            self.streak = []
+            return None
+        self.streak.append((int(line.get("step", 0)), bad))
+        if not self.limit or len(self.streak) < self.limit:
+            return None
+        keys = sorted({key for _, keys in self.streak for key in keys})
+        first, last = self.streak[0][0], self.streak[-1][0]
+        verb = "was" if len(keys) == 1 else "were"
+        return (f"diverged at step {first}: {' and '.join(keys)} {verb} NaN/inf for {len(self.streak)} consecutive "
+                f"logged steps ({first}-{last}); lower the learning rate (divergence_steps=0 turns this check off)")
 
 
 class MetricsTail:

@@ -104,4 +104,6 @@ class Progress:
                 console().print(f"  {line}", markup=False)
             console().print(f"full log: {result['log']}")
         elif status == "interrupted":
+            if result.get("reason"):
+                console().print(result["reason"], markup=False)
             console().print("continue with the same command and --resume")

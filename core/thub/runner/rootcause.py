@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import shutil
 from pathlib import Path
 
 _EXCEPTION = re.compile(r"^(?:\[[^\]]*\]:?\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)):?\s?(.*)$")
@@ -33,8 +36,42 @@ def root_cause(log_text: str, context_lines: int = 6) -> list[str]:
     return tail
 
 
-def root_cause_from_file(path: str | Path) -> list[str]:
+def read_section(path: str | Path, offset: int = 0) -> str:
+    """The log from byte ``offset`` on (the current attempt's section), or "" without a log."""
     try:
-        return root_cause(Path(path).read_text(errors="replace"))
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read().decode(errors="replace")
     except FileNotFoundError:
-        return []
+        return ""
+
+
+def root_cause_from_file(path: str | Path, offset: int = 0) -> list[str]:
+    """:func:`root_cause` of the log from byte ``offset`` on: a resumed run appends to the same
+    log, and an earlier attempt's traceback is not this attempt's cause."""
+    return root_cause(read_section(path, offset)) if Path(path).exists() else []
+
+
+# Less than this free on the run directory's filesystem after a failure: the disk was full.
+DISK_FULL_BYTES = 1 << 20
+_ENOSPC_TEXT = os.strerror(errno.ENOSPC)  # "No space left on device"
+
+
+def disk_full_cause(log_text: str, run_dir: str | Path) -> str | None:
+    """One line saying the disk filled up, when it did; None otherwise.
+
+    The library's own message is used when the log has it; a full disk may also have cut the
+    log before the traceback reached it, so the filesystem's free space is asked as well.
+    """
+    for line in log_text.splitlines():
+        if _ENOSPC_TEXT in line or "[Errno 28]" in line:
+            match = _EXCEPTION.match(line.strip())
+            detail = match.group(0) if match else line.strip()
+            return f"disk full: {detail}"[:400]
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError:
+        return None
+    if free < DISK_FULL_BYTES:
+        return f"disk full: {_ENOSPC_TEXT} on the filesystem of {run_dir} ({free} bytes free)"
+    return None

@@ -4,8 +4,10 @@
     training_metrics.jsonl   the unified metrics stream
     events.jsonl             checkpoints reported by the child
     result.json              status, final checkpoint, summary metrics (written atomically)
-    logs/train.log           the child's full stdout and stderr
+    logs/train.log           the child's full stdout and stderr (one section per attempt)
     checkpoints/             the backend's checkpoints
+    final/, merged/          the final model (and merged export) where the backend saves one
+    .thub.lock               held (flock) by the live run's processes: one live run per directory
 """
 
 from __future__ import annotations
@@ -49,6 +51,18 @@ def read_json(path: str | Path) -> dict[str, Any] | None:
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 
+# What thub's run layout owns in a run directory: --overwrite removes these (and what the run
+# itself created there, see RunDirectory.owned_entries), never anything else.
+LAYOUT = ("thub_run.json", "training_metrics.jsonl", "events.jsonl", "result.json", "logs", "checkpoints",
+          "final", "merged", "slurm")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
 
 @dataclass(frozen=True)
 class RunDirectory:
@@ -82,43 +96,110 @@ class RunDirectory:
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 
-    def latest_checkpoint(self) -> tuple[Path, int] | None:
-        """The newest ``checkpoints/checkpoint-N`` (HF Trainer layout), with N."""
+    def checkpoint_dirs(self) -> list[tuple[int, Path]]:
+        """Every ``checkpoints/checkpoint-N`` folder with N, newest first (complete or not)."""
         found = []
         if self.checkpoints.is_dir():
             for child in self.checkpoints.iterdir():
                 match = _CHECKPOINT.search(child.name)
                 if match and child.is_dir():
                     found.append((int(match.group(1)), child))
-        if not found:
-            return None
-        step, path = max(found)
-        return path, step
+        return sorted(found, reverse=True)
 
-    def prepare(self, *, overwrite: bool, resume: bool) -> None:
-        """Create the directory, refusing to clobber a finished run unless ``overwrite``."""
+    def resume_point(self) -> tuple[tuple[Path, int] | None, list[tuple[Path, str]]]:
+        """The newest complete checkpoint (path, step) and the newer incomplete ones skipped
+        on the way, each with what is wrong with it."""
+        from thub.runner.checkpoints import checkpoint_problem
+
+        skipped = []
+        for step, path in self.checkpoint_dirs():
+            problem = checkpoint_problem(path)
+            if problem is None:
+                return (path, step), skipped
+            skipped.append((path, problem))
+        return None, skipped
+
+    def latest_checkpoint(self) -> tuple[Path, int] | None:
+        """The newest complete ``checkpoints/checkpoint-N`` (HF Trainer layout), with N.
+
+        A half-written or foreign ``checkpoint-N`` is passed over (see :meth:`resume_point`).
+        """
+        return self.resume_point()[0]
+
+    def entries(self) -> list[str]:
+        """Names in the directory, the lock file left out."""
+        from thub.runner.lock import LOCK_NAME
+
+        if not self.path.is_dir():
+            return []
+        return sorted(p.name for p in self.path.iterdir() if p.name != LOCK_NAME)
+
+    def check_not_foreign(self) -> None:
+        """Refuse a path that is a file, or a non-empty directory that holds no thub run: thub
+        never writes into (or deletes from) what it did not create, whatever the flags."""
+        if self.path.exists() and not self.path.is_dir():
+            raise UsageError(f"ckpt_output_dir {self.path} is a file, not a directory")
+        if self.record.exists():
+            return
+        # an empty logs/ is what an attempt stopped before its thub_run.json leaves behind
+        foreign = [name for name in self.entries()
+                   if not (name in LAYOUT and (self.path / name).is_dir() and not any((self.path / name).iterdir()))]
+        if foreign:
+            shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
+            raise UsageError(
+                f"{self.path} is not a thub run directory (no thub_run.json) and is not empty: it holds {shown}; "
+                "choose a new or empty ckpt_output_dir (thub never overwrites what it did not create)")
+
+    def owned_entries(self) -> list[str]:
+        """What ``--overwrite`` removes: the run layout plus what the previous run created.
+
+        ``result.json`` lists the run's ``outputs`` (what appeared in the directory while it
+        ran); for a run that ended without one, everything not recorded as the user's when it
+        started (``user_entries`` in ``thub_run.json``). Anything else stays.
+        """
+        present = set(self.entries())
+        owned = set(LAYOUT)
+        result, record = read_json(self.result), read_json(self.record)
+        if result and isinstance(result.get("outputs"), list):
+            owned |= set(result["outputs"])
+        elif record and isinstance(record.get("user_entries"), list):
+            owned |= present - set(record["user_entries"])
+        return sorted(owned & present)
+
+    def prepare(self, *, overwrite: bool, resume: bool) -> list[str]:
+        """Create the directory, refusing to clobber a finished run unless ``overwrite``.
+
+        Call it holding the directory's :class:`~thub.runner.lock.RunLock`. Returns the entries
+        that belong to the user (kept, never removed), for ``user_entries`` in thub_run.json.
+        """
+        self.check_not_foreign()
         previous = read_json(self.result)
         if resume:
             if not self.record.exists():
                 raise UsageError(f"{self.path}: nothing to resume (no thub_run.json); run without --resume")
             if previous and previous.get("status") in FINISHED:
                 raise UsageError(f"{self.path}: the run already finished ({previous['status']}); nothing to resume")
+            record = read_json(self.record) or {}
             self.result.unlink(missing_ok=True)
-            return
-        if self.path.exists() and any(self.path.iterdir()):
+            self.logs.mkdir(exist_ok=True)
+            kept = record.get("user_entries")
+            return list(kept) if isinstance(kept, list) else [n for n in self.entries() if n not in LAYOUT]
+        if self.record.exists():
             if previous and previous.get("status") in FINISHED and not overwrite:
                 raise UsageError(
                     f"{self.path} holds a finished run (status {previous['status']}); "
                     "pass --overwrite to replace it or choose another ckpt_output_dir"
                 )
-            if self.record.exists() and not overwrite:
+            if not overwrite:
                 raise UsageError(
                     f"{self.path} holds an unfinished run; continue it with --resume or replace it with --overwrite"
                 )
-            if overwrite:
-                for name in ("thub_run.json", "training_metrics.jsonl", "events.jsonl", "result.json"):
-                    (self.path / name).unlink(missing_ok=True)
-                for folder in (self.logs, self.checkpoints):
-                    shutil.rmtree(folder, ignore_errors=True)
+            for name in self.owned_entries():
+                _remove(self.path / name)
         self.path.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
+        return [name for name in self.entries() if name not in LAYOUT]
+
+    def outputs_since(self, user_entries: list[str] | None) -> list[str]:
+        """What the run created in the directory: everything but the user's entries."""
+        return [name for name in self.entries() if name not in set(user_entries or ())]

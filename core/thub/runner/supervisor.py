@@ -1,18 +1,22 @@
 """Start and supervise a training child; turn whatever happens into one honest result.
 
-The parent validates, writes ``thub_run.json``, starts the child (``python -m
-thub.runner.child`` or torchrun), follows the metrics stream for progress and events,
-forwards SIGINT/SIGTERM so the backend checkpoints and stops, stops a child that hangs
-after writing its result, and writes the final ``result.json`` atomically.
+The parent validates, locks the run directory (one live run per directory), writes
+``thub_run.json``, starts the child (``python -m thub.runner.child`` or torchrun) so that it
+dies with us, follows the metrics stream for progress, events and divergence, forwards the
+first SIGINT/SIGTERM so the backend checkpoints and stops (a second one stops it at once),
+stops a child that hangs after writing its result, and writes the final ``result.json``
+atomically.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +24,29 @@ from packaging.requirements import Requirement
 
 from thub import __version__
 from thub.config.resolve import ResolvedConfig
+from thub.errors import UsageError
 from thub.manager import get_registry
 from thub.runner.batching import world_size
-from thub.runner.metrics import MetricsTail, truncate_after
+from thub.runner import lifeline
+from thub.runner.lock import RunLock
+from thub.runner.metrics import DivergenceWatch, MetricsTail, truncate_after
 from thub.runner.progress import Progress
-from thub.runner.rootcause import root_cause_from_file
+from thub.runner.rootcause import disk_full_cause, read_section, root_cause_from_file
 from thub.redact import child_environment, record_values, redact
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.specs import RunEvent
 from thub.selection import installed_version
 
 POLL_SECONDS = 0.2
+
+
+def _divergence_steps(values: dict[str, Any]) -> int:
+    """``divergence_steps`` of the run; an algorithm whose parameters lack it gets its default."""
+    if values.get("divergence_steps") is not None:
+        return int(values["divergence_steps"])
+    from thub_builtins.params import BaseParams
+
+    return int(BaseParams.model_fields["divergence_steps"].default)
 
 
 def _grace_seconds() -> float:
@@ -106,26 +122,39 @@ def _preflight(resolved: ResolvedConfig, force: bool = False) -> None:
 
 
 class _Supervisor:
-    def __init__(self, resolved: ResolvedConfig, run_dir: RunDirectory, progress: Progress) -> None:
+    def __init__(self, resolved: ResolvedConfig, run_dir: RunDirectory, progress: Progress,
+                 lock: RunLock | None = None) -> None:
         self.resolved = resolved
         self.run_dir = run_dir
         self.progress = progress
+        self.lock = lock
         self.registry = get_registry()
         self.metrics = MetricsTail(run_dir.metrics)
         self.events = MetricsTail(run_dir.events)
         self.signals: list[int] = []
         self.last_metrics: dict[str, Any] | None = None
         self.checkpoints: list[dict[str, Any]] = []
+        self.divergence = DivergenceWatch(_divergence_steps(resolved.values()))
+        self.diverged: str | None = None  # the "diverged at step K" message once it happened
+        self.killed_by_signal: int | None = None  # the second signal that stopped the child at once
+        self.log_offset = 0  # where this attempt's section of the log starts
 
     def fire(self, kind: str, data: dict[str, Any]) -> None:
-        self.registry.fire(RunEvent(kind, str(self.run_dir.path), self.resolved.algorithm.name,  # type: ignore[arg-type]
-                                    self.resolved.backend.name, data))
+        try:
+            self.registry.fire(RunEvent(kind, str(self.run_dir.path), self.resolved.algorithm.name,  # type: ignore[arg-type]
+                                        self.resolved.backend.name, data))
+        except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
+            # an observer plugin must not end the supervisor (and orphan or lose the run)
+            print(f"thub: an event hook raised {type(exc).__name__} on the {kind} event; ignored",
+                  file=sys.stderr)
 
     def _pump(self) -> None:
         for line in self.metrics.poll():
             self.last_metrics = line
             self.progress.update(line)
             self.fire("metrics", line)
+            if self.diverged is None:
+                self.diverged = self.divergence.update(line)
         for event in self.events.poll():
             self.checkpoints.append({"path": event["path"], "step": event["step"]})
             self.fire("checkpoint", {"path": event["path"], "step": event["step"]})
@@ -133,26 +162,59 @@ class _Supervisor:
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.signals.append(signum)
 
+    def _start_log_section(self) -> None:
+        """Note where this attempt starts in the (appended) log, and mark it for readers."""
+        log = self.run_dir.log_file
+        self.log_offset = log.stat().st_size if log.exists() else 0
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        try:
+            with open(log, "ab") as handle:
+                handle.write(f"==== thub: attempt started {stamp} (pid {os.getpid()}) ====\n".encode())
+        except OSError:
+            pass  # a full disk: the failure is reported from the filesystem, not from this line
+
     def run(self, command: list[str]) -> tuple[int, bool]:
         """Run the child to its end; returns (exit code, whether it had to be stopped)."""
+        self._start_log_section()
         env = dict(os.environ, PYTHONUNBUFFERED="1", THUB_RUN_DIR=str(self.run_dir.path))
         env.update(child_environment(self.run_dir.path))  # the real values of redacted parameters
+        env[lifeline.PARENT_ENV] = str(os.getpid())
+        read_end, write_end = lifeline.parent_pipe()
+        pass_fds = [read_end]
+        if "torch.distributed.run" not in command:
+            env[lifeline.PIPE_ENV] = str(read_end)  # torchrun's workers would not inherit it
+        if self.lock is not None and self.lock.fd is not None:
+            pass_fds.append(self.lock.fd)  # the child holds the run directory's lock with us
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         stopped = False
         try:
             with open(self.run_dir.log_file, "ab") as log:
                 # Own session: a terminal's Ctrl-C reaches only us, and we forward it once.
                 child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+                                         start_new_session=True, pass_fds=pass_fds,
+                                         preexec_fn=lifeline.death_signal_preexec())
+                os.close(read_end)
+                if self.lock is not None:
+                    self.lock.set_child(child.pid)
                 forwarded = 0
                 result_seen: float | None = None
+                diverged_since: float | None = None
                 while child.poll() is None:
                     self._pump()
                     if len(self.signals) > forwarded:
-                        # first signal: ask for checkpoint-and-stop; a second one kills
-                        sig = signal.SIGTERM if forwarded == 0 else signal.SIGKILL
-                        _signal_group(child.pid, sig)
+                        # first signal: ask for checkpoint-and-stop; a second one (even one that
+                        # came within the same poll interval) stops it now
+                        if len(self.signals) >= 2:
+                            self.killed_by_signal = self.signals[-1]
+                            _signal_group(child.pid, signal.SIGKILL)
+                        else:
+                            _signal_group(child.pid, signal.SIGTERM)
                         forwarded = len(self.signals)
+                    if self.diverged and diverged_since is None:
+                        diverged_since = time.time()
+                        _signal_group(child.pid, signal.SIGTERM)
+                    elif diverged_since is not None and time.time() - diverged_since > _grace_seconds():
+                        _signal_group(child.pid, signal.SIGKILL)
                     if result_seen is None and self.run_dir.result.exists():
                         result_seen = time.time()
                     if result_seen is not None and time.time() - result_seen > _grace_seconds():
@@ -167,6 +229,7 @@ class _Supervisor:
                 code = child.wait()
                 self._pump()
         finally:
+            os.close(write_end)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return code, stopped
@@ -191,7 +254,8 @@ def run_training(
     """Run one training job to its end and return the content of ``result.json``.
 
     ``force_launch`` launches despite failing preflight checks, so that the library's own
-    failure (e.g. a CUDA call on a CPU machine) is what the result reports.
+    failure (e.g. a CUDA call on a CPU machine) is what the result reports. The run directory
+    is locked from before it is touched until the run ends: a second process exits 2.
     """
     params = resolved.values()
     run_dir = RunDirectory(Path(params["ckpt_output_dir"]))
@@ -203,21 +267,76 @@ def run_training(
     from thub.config.model_path import check_model_path
 
     check_model_path(params)  # a mistyped path, no config.json, no chat template: exit 2, nothing written
-    run_dir.prepare(overwrite=overwrite, resume=resume)
-
-    resume_from = None
-    if resume:
-        latest = run_dir.latest_checkpoint()
-        if latest:
-            resume_from = str(latest[0])
-            truncate_after(run_dir.metrics, latest[1])
-    record = build_record(resolved, command_line or ["thub.api"], resume_from)
-    write_json_atomic(run_dir.record, record)
     from thub.launch.torchrun import is_head_node
 
-    # under Kubeflow / plain multi-node (PET_* set), only node 0 owns result.json
-    return supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
-                     resume_from=resume_from, quiet_json=quiet_json, head=is_head_node())
+    run_dir.check_not_foreign()  # before the lock file is created in someone else's directory
+    created = not run_dir.path.exists()
+    head = is_head_node()
+    # the other nodes of a multi-node job (PET_NODE_RANK > 0) share node 0's directory: not theirs to lock
+    with RunLock(run_dir.path) if head else contextlib.nullcontext() as lock:
+        try:
+            user_entries = run_dir.prepare(overwrite=overwrite, resume=resume)
+        except UsageError:
+            if created:  # refused: leave no directory behind that we made only to lock it
+                import shutil
+
+                shutil.rmtree(run_dir.path, ignore_errors=True)
+            raise
+        resume_from = _resume_point(run_dir) if resume else None
+        record = build_record(resolved, command_line or ["thub.api"], resume_from)
+        record["user_entries"] = user_entries
+        write_json_atomic(run_dir.record, record)
+        # under Kubeflow / plain multi-node (PET_* set), only node 0 owns result.json
+        return supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
+                         resume_from=resume_from, quiet_json=quiet_json, head=head, lock=lock)
+
+
+def _resume_point(run_dir: RunDirectory) -> str | None:
+    """The newest complete checkpoint, saying which newer ones were passed over; the metrics
+    lines logged after it (all of them without a checkpoint) are dropped, so each step is
+    logged once."""
+    from thub.cli.output import console
+
+    found, skipped = run_dir.resume_point()
+    out = console()
+    for path, problem in skipped:
+        out.print(f"warning: {path} is not a complete checkpoint ({problem}); skipped", markup=False,
+                  highlight=False)
+    if found:
+        if skipped:
+            out.print(f"resuming from {found[0]}, the newest complete checkpoint", markup=False, highlight=False)
+        truncate_after(run_dir.metrics, found[1])
+        return str(found[0])
+    truncate_after(run_dir.metrics, 0)
+    return None
+
+
+def _drop_incomplete_checkpoints(run_dir: RunDirectory, since: float) -> list[str]:
+    """Remove the half-written checkpoints this attempt left (after a full disk: they can never
+    be resumed from, and the space they hold is what result.json needs). Only folders written
+    since the attempt started: an older foreign ``checkpoint-N`` is not ours to delete."""
+    import shutil
+
+    _found, skipped = run_dir.resume_point()
+    removed = []
+    for path, _problem in skipped:
+        try:
+            if path.stat().st_mtime < since:
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path.name)
+    return removed
+
+
+def _write_result(run_dir: RunDirectory, result: dict[str, Any]) -> None:
+    """result.json, atomically; a write error (a full disk) is one line, not a traceback."""
+    try:
+        write_json_atomic(run_dir.result, result)
+    except OSError as exc:
+        result["note"] = f"result.json could not be written: {exc.strerror or exc}"
+        print(f"thub: cannot write {run_dir.result}: {exc.strerror or exc}", file=sys.stderr)
 
 
 def supervise(
@@ -229,15 +348,17 @@ def supervise(
     resume_from: str | None = None,
     quiet_json: bool = False,
     head: bool = True,
+    lock: RunLock | None = None,
 ) -> dict[str, Any]:
     """Run ``command`` for a prepared run directory and write ``result.json``.
 
     Also used by a scheduler's node worker (thub.launch.worker). ``head=False`` is a node that
     does not own the run's result (other nodes of a multi-node job): a clean exit without a
     result of its own is then success, and it writes nothing, so it never clobbers the head's.
+    ``lock`` is the run directory's lock, handed on to the child.
     """
     progress = Progress(enabled=not quiet_json)
-    supervisor = _Supervisor(resolved, run_dir, progress)
+    supervisor = _Supervisor(resolved, run_dir, progress, lock)
     supervisor.fire("started", {"resume_from": resume_from, "command": command_line})
     started = time.time()
     with progress:
@@ -248,31 +369,49 @@ def supervise(
         # a worker node: the run's result belongs to the node that holds rank 0; never clobber it
         return {"status": "succeeded" if code == 0 else "failed", "role": "worker", "exit_code": code}
     saved = result is not None and result.get("status") == "succeeded"
-    if saved and code not in (0, None) and not stopped:
+    base = {"algorithm": resolved.algorithm.name, "backend": resolved.backend.name, "exit_code": code}
+    if supervisor.diverged:
+        result = {**base, "status": "failed", "error": supervisor.diverged, "root_cause": [supervisor.diverged],
+                  "final_checkpoint": None}
+    elif supervisor.killed_by_signal is not None and not saved:
+        name = signal.Signals(supervisor.killed_by_signal).name
+        reason = (f"stopped at once by a second signal ({name}); no checkpoint was saved for the stop: "
+                  "--resume continues from the latest complete one")
+        result = {**base, "status": "interrupted", "reason": reason, "final_checkpoint": None}
+    elif saved and code not in (0, None) and not stopped:
         # the model and result were saved; a crash while the library shuts down (vLLM/Ray
         # teardown) does not undo that
         result["note"] = f"the child exited with code {code} after writing its result; see {run_dir.log_file}"
     elif result is None or code not in (0, None) and not stopped:
-        cause = root_cause_from_file(run_dir.log_file)
+        section = read_section(run_dir.log_file, supervisor.log_offset)
+        cause = root_cause_from_file(run_dir.log_file, supervisor.log_offset)
+        full = disk_full_cause(section, run_dir.path) if code not in (0, None) else None
         result = {
+            **base,
             "status": "interrupted" if supervisor.signals and result is None and code in (-15, 143) else "failed",
-            "algorithm": resolved.algorithm.name,
-            "backend": resolved.backend.name,
-            "exit_code": code,
-            "error": cause[-1] if cause else f"child exited with code {code}",
-            "root_cause": cause,
+            "error": full or (cause[-1] if cause else f"child exited with code {code}"),
+            "root_cause": [full] if full else cause,
         }
+        if full:
+            removed = _drop_incomplete_checkpoints(run_dir, started)
+            if removed:
+                result["note"] = f"removed the half-written {', '.join(removed)} (the disk is full)"
     if stopped:
         result["note"] = f"the child did not exit within {_grace_seconds():g} s of writing its result and was stopped"
+    record = read_json(run_dir.record) or {}
     result.update({
         "run_dir": str(run_dir.path),
         "checkpoints": supervisor.checkpoints,
         "last_metrics": supervisor.last_metrics,
         "wall_seconds": round(time.time() - started, 3),
         "log": str(run_dir.log_file),
+        "outputs": run_dir.outputs_since(record.get("user_entries")),
     })
+    if result["status"] == "interrupted" and not result.get("reason") and supervisor.signals:
+        name = signal.Signals(supervisor.signals[0]).name
+        result["reason"] = f"stopped by {name} (checkpoint and stop at the next step boundary)"
     result.setdefault("final_checkpoint", None)
-    write_json_atomic(run_dir.result, result)
+    _write_result(run_dir, result)
     supervisor.fire({"succeeded": "finished", "interrupted": "interrupted"}.get(result["status"], "failed"), result)
     progress.finish(result)
     return result

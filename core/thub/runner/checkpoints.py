@@ -1,0 +1,84 @@
+"""Is a checkpoint complete enough to resume from? (HF Trainer's ``checkpoint-N`` layout)
+
+A run killed mid-save, a full disk or a folder someone dropped into ``checkpoints/`` leaves a
+``checkpoint-N`` that crashes a resume. A complete HF Trainer checkpoint has a readable
+``trainer_state.json`` and readable weights (a single file, or every shard of an index).
+
+The parent process checks this without torch, safetensors or numpy (none is a dependency of
+thub's core, and ``thub`` must stay light): a safetensors file is an 8-byte header length, a
+JSON header and the tensor bytes, so a truncated one is recognised from its header; a torch
+``.bin`` is a zip archive whose central directory is at the end, so a cut one does not open.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zipfile
+from pathlib import Path
+
+WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "pytorch_model.bin", "adapter_model.bin")
+INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            raw = handle.read(8)
+            if len(raw) < 8:
+                return f"{path.name} is cut short"
+            (length,) = struct.unpack("<Q", raw)
+            if 8 + length > size:
+                return f"{path.name} is cut short"
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return f"{path.name} is unreadable"
+    if not isinstance(header, dict):
+        return f"{path.name} has no tensor header"
+    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)),
+              default=0)
+    if 8 + length + end > size:
+        return f"{path.name} is cut short ({size} of {8 + length + end} bytes)"
+    return None
+
+
+def _weights_problem(path: Path) -> str | None:
+    if path.suffix == ".safetensors":
+        return _safetensors_problem(path)
+    try:
+        with zipfile.ZipFile(path):
+            return None
+    except (OSError, zipfile.BadZipFile):
+        return f"{path.name} is unreadable or cut short"
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why ``path`` is not a complete HF Trainer checkpoint, or None when it is."""
+    path = Path(path)
+    try:
+        state = json.loads((path / "trainer_state.json").read_text())
+    except FileNotFoundError:
+        return "no trainer_state.json"
+    except (OSError, ValueError):
+        return "trainer_state.json is unreadable"
+    if not isinstance(state, dict):
+        return "trainer_state.json is unreadable"
+    for index_name in INDEX_FILES:
+        index = path / index_name
+        if index.exists():
+            try:
+                shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            except (OSError, ValueError, KeyError, AttributeError):
+                return f"{index_name} is unreadable"
+            for shard in shards:
+                if not (path / shard).is_file():
+                    return f"weight shard {shard} is missing"
+                problem = _weights_problem(path / shard)
+                if problem:
+                    return problem
+            return None
+    for name in WEIGHT_FILES:
+        if (path / name).is_file():
+            return _weights_problem(path / name)
+    return "no model weights"
