@@ -26,7 +26,8 @@ from thub.manager import Registry
 from thub.specs import AlgorithmSpec, BackendSpec
 
 # Parameters thub itself consumes whatever the backend: where the model, data and run live.
-CORE_HANDLED = frozenset({"model_path", "data_path", "ckpt_output_dir", "data_format"})
+# divergence_steps: the supervisor stops a diverging run for every backend (thub.runner.supervisor)
+CORE_HANDLED = frozenset({"model_path", "data_path", "ckpt_output_dir", "data_format", "divergence_steps"})
 # Keys a config file may hold besides parameters.
 META_KEYS = frozenset({"algorithm", "backend"})
 
