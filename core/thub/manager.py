@@ -125,8 +125,10 @@ class Registry:
                 continue  # a plugin that failed to register is not trusted with run events
             try:
                 impl.function(event=event)
-            except Exception as exc:  # noqa: BLE001 - observers must not break training
-                print(f"thub: event hook of {impl.plugin_name} failed: {exc}", file=sys.stderr)
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - observers must not break training
+                # SystemExit/KeyboardInterrupt too: a plugin's sys.exit() must not end the supervisor
+                detail = exc if isinstance(exc, Exception) else f"raised {type(exc).__name__}({exc})"
+                print(f"thub: event hook of {impl.plugin_name} failed: {detail}", file=sys.stderr)
 
     def translate(self, algorithm: str, backend: str, params: dict[str, Any]) -> Any:
         if backend in self.environments:
