@@ -183,3 +183,21 @@ def test_sigterm_checkpoints_and_resume_continues(lf_env: dict, tiny_model: Path
     lines = read_metrics(out / "training_metrics.jsonl")
     assert [line["step"] for line in lines] == list(range(1, 81))
     assert json.loads((out / "thub_run.json").read_text())["resume_from"].endswith(f"checkpoint-{stopped_at}")
+
+
+def test_mask_comparison_with_thub_on_the_demo_data(lf_env: dict, tiny_model: Path, demo_data: Path) -> None:
+    """LLaMA-Factory's own pipeline (registry, sharegpt converter, supervised processor with the
+    template parsed from the model) on every demo conversation, vs thub's assistant mask."""
+    done = subprocess.run([sys.executable, "-m", "thub", "data", "preview", "--model", str(tiny_model),
+                           str(demo_data / "chat.jsonl"), str(demo_data / "sharegpt.jsonl"), "-n", "1000",
+                           "--backend", "llamafactory", "--json"], capture_output=True, text=True,
+                          env=lf_env["environ"], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    examples = json.loads(done.stdout)["examples"]
+    assert len(examples) == 80
+    # measured: LLaMA-Factory's parsed template puts the newline after <|im_end|> into the
+    # assistant slot, so it trains that "\n" too; thub (and axolotl) stop at <|im_end|>. Reported,
+    # row by row, as the only difference.
+    for example in examples:
+        assert example["comparison"] == {"equal": False, "thub_only": [], "backend_only": ["\n"]}, example["location"]
+        assert example["backend"]["trained_tokens"] == example["trained_tokens"] + 1

@@ -157,10 +157,12 @@ def _tokenizer_and_template(model: str, need_template: bool) -> tuple[Any, Any]:
 @click.option("-n", "count", type=int, default=1, show_default=True, help="Examples shown per dataset.")
 @click.option("--max-seq-len", type=int, default=None, help="Show where samples would be cut.")
 @click.option("--unmask", is_flag=True, help="Train on every token (not only assistant turns).")
+@click.option("--backend", "-b", default=None,
+              help="Also show the tokens this backend trains on, from its own preprocessing, compared with thub's.")
 @click.option("--json", "as_json", is_flag=True, help="Spans and counts as JSON on stdout.")
 def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str, strategy: str,
             probabilities: str | None, seed: int, count: int, max_seq_len: int | None, unmask: bool,
-            as_json: bool) -> None:
+            backend: str | None, as_json: bool) -> None:
     """Render the first example(s) of each dataset with the model's chat template.
 
     Trained tokens are shown in green, masked ones dimmed (piped or redirected, where colour is
@@ -177,6 +179,13 @@ def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
         for row, location in list(zip(item.rows, item.locations, strict=True))[:count]:
             report.append({"source": item.source.path, "location": location, "format": item.format,
                            **explain(row, tokenizer, template, unmask=unmask, max_seq_len=max_seq_len)})
+    if backend:  # the backend's own preprocessing of the same rows (docs/data.md)
+        from thub.data.backend_masks import backend_preview
+
+        shown = [row for item in loaded for row in item.rows[:count]]
+        backend_preview(report, shown, backend, model, tokenizer, max_seq_len=max_seq_len, unmask=unmask,
+                        as_json=as_json)
+        return
     if as_json:
         emit_json({"schema_version": JSON_SCHEMA_VERSION, "model": model, "examples": report})
         return
