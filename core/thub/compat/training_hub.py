@@ -504,7 +504,8 @@ def rows() -> list[dict[str, Any]]:
             # one row per (name, kind): max_tokens is thub's own for grpo, refused for osft
             row = table.setdefault((name, kind), {"name": name, "functions": [], "kind": kind,
                                                   "thub": (rule.thub if rule else "") or "",
-                                                  "note": rule.note if rule else ""})
+                                                  "note": rule.note if rule else "",
+                                                  "accepts": list(rule.accepts) if rule else []})
             row["functions"].append(fn)
     return [table[key] for key in sorted(table)]
 
@@ -516,6 +517,8 @@ def markdown_table() -> str:
         thub = f"`{row['thub']}`" if row["thub"] else ""
         how = {"same": "same name and meaning", "mapped": "mapped", "fixed": "accepted values only",
                "refused": "refused", "api": "Python API"}.get(row["kind"], row["kind"])
+        if row["accepts"]:
+            how += " (" + ", ".join(f"`{value!r}`" for value in row["accepts"]) + ")"
         note = f": {row['note']}" if row["note"] else ""
         lines.append(f"| `{row['name']}` | {', '.join(row['functions'])} | {thub} | {how}{note} |")
     return "\n".join(lines)
