@@ -57,9 +57,9 @@ def _installed(package: str) -> bool:
 
 def _missing_reason(module: str, folder: Path | None = None) -> str:
     if folder is not None or module.startswith("thub_plugin_"):
-        folder = folder or next(ROOT.glob(f"thub-plugin-*/src/{module}/__init__.py"), Path()).parents[1]
-        return (f"{module} is not installed: python -m pip install --no-deps -e ./{folder.name} "
-                f"(or {ALL_TEST_REQUIREMENTS})")
+        found = next(ROOT.glob(f"thub-plugin-*/src/{module}/__init__.py"), None)
+        name = folder.name if folder else found.parents[1].name if found else module.replace("_", "-")
+        return f"{module} is not installed: python -m pip install --no-deps -e ./{name} (or {ALL_TEST_REQUIREMENTS})"
     return f"{module} is not installed: {ALL_TEST_REQUIREMENTS}"
 
 
@@ -85,9 +85,9 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 class _OptionalModule(pytest.Module):
     """A test module importing a missing optional plugin or library: skipped with the reason."""
 
-    def _importtestmodule(self):  # type: ignore[no-untyped-def]
+    def _getobj(self):  # type: ignore[no-untyped-def]
         try:
-            return super()._importtestmodule()
+            return super()._getobj()
         except self.CollectError as exc:
             cause = exc.__cause__
             name = getattr(cause, "name", None) if isinstance(cause, ModuleNotFoundError) else None
