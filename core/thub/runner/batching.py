@@ -2,17 +2,57 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Mapping
 from typing import Any
 
 from thub.errors import UsageError
 
 
-def world_size(params: Mapping[str, Any]) -> int:
-    """Processes across all nodes asked for by the torchrun parameters (1 when unset)."""
-    per_node = params.get("nproc_per_node")
-    per_node = per_node if isinstance(per_node, int) else 1
-    return per_node * int(params.get("nnodes") or 1)
+def visible_gpus(environ: Mapping[str, str] | None = None) -> int:
+    """NVIDIA GPUs this process may use, without importing torch: ``CUDA_VISIBLE_DEVICES`` when
+    set, else the GPUs ``nvidia-smi -L`` lists (0 without a driver)."""
+    environ = os.environ if environ is None else environ
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        devices = [d for d in listed.split(",") if d.strip()]
+        return 0 if devices[:1] == ["-1"] else len(devices)
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
+
+
+def processes_per_node(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> int:
+    """``nproc_per_node`` as torchrun resolves it (``torch.distributed.run.determine_local_world_size``):
+    ``gpu`` = the visible GPUs (an error without one), ``auto`` = the GPUs, else the CPUs this
+    process may run on; unset = 1."""
+    value = params.get("nproc_per_node")
+    if value is None:
+        return 1
+    if isinstance(value, int):
+        return value
+    gpus = visible_gpus(environ)
+    if gpus:
+        return gpus
+    if value == "gpu":
+        raise UsageError("nproc_per_node gpu starts one process per GPU, but no NVIDIA GPU is visible; "
+                         "set nproc_per_node to a number of processes")
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def world_size(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> int:
+    """Processes across all nodes: in a torchrun child, torchrun's ``WORLD_SIZE``; otherwise
+    :func:`processes_per_node` × ``nnodes`` (1 when unset)."""
+    environ = os.environ if environ is None else environ
+    if "WORLD_SIZE" in environ and "LOCAL_WORLD_SIZE" in environ:  # set by torchrun for its workers
+        return int(environ["WORLD_SIZE"])
+    return processes_per_node(params, environ) * int(params.get("nnodes") or 1)
 
 
 def split_batch(effective_batch_size: int, world_size: int, max_micro_batch: int) -> tuple[int, int]:
