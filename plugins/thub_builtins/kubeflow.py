@@ -9,10 +9,23 @@ progress percentage, ETA and latest metrics are POSTed there (protocol: docs/kub
                        "metrics": [{"name": "loss", "value": "0.123"}, ...],
                        "lastUpdatedTime": "2026-11-30T12:00:00+00:00"}}
 
-Rules (why): only node 0 reports (every pod runs thub; one writer keeps the status sane);
-at most one POST per ``THUB_KUBEFLOW_INTERVAL`` seconds (default 10) except the final one;
-the token file is re-read for every request (it is rotated hourly); a failed POST is logged once
-and never fails training. Only the standard library is imported, and only when reporting.
+Rules (why):
+
+* Only node 0 reports (every pod runs thub; one writer keeps the status sane).
+* Updates go out from a worker thread: the supervisor that fires the events never waits on the
+  network, so it keeps following the child and hears SIGTERM. Each update has a total deadline
+  (``THUB_KUBEFLOW_TIMEOUT``, default 5 s: connect, TLS, request and answer together; the
+  socket is shut down when it passes). An update still waiting when a newer one comes is
+  replaced (only the latest status matters); one whose deadline passed before it could be sent
+  is dropped. ``thub`` waits for the final update at most twice the deadline (the update in
+  flight, then the final one).
+* At most one update per ``THUB_KUBEFLOW_INTERVAL`` seconds (default 10), plus the final one.
+* The bearer token is never sent in clear: the URL must be https, or plain http to a loopback
+  address with ``THUB_KUBEFLOW_ALLOW_HTTP=1`` (a sidecar). Redirects are never followed (the
+  token would go wherever the Location says). The ``kubeflow.status-url`` preflight check stops
+  ``thub train`` before anything is written when the URL breaks these rules.
+* The token file is re-read for every request (it is rotated hourly); a failed update is logged
+  once on stderr and never fails training. Only the standard library is imported.
 """
 
 from __future__ import annotations
@@ -20,7 +33,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,28 +44,92 @@ from thub import hookimpl
 URL_VAR = "KUBEFLOW_TRAINER_STATUS_URL"
 CA_VAR = "KUBEFLOW_TRAINER_STATUS_CA_CERT"
 TOKEN_VAR = "KUBEFLOW_TRAINER_STATUS_TOKEN"
+ALLOW_HTTP_VAR = "THUB_KUBEFLOW_ALLOW_HTTP"
 METRIC_KEYS = ("loss", "reward", "mean_reward", "learning_rate", "epoch", "step", "max_steps", "grad_norm")
+MAX_ANSWER = 65536  # bytes of an answer body read (and ignored)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name is not resolved: "loopback-only" means a loopback address
+
+
+def url_problem(url: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why the bearer token must not be sent to ``url`` (None: it may)."""
+    import urllib.parse
+
+    environ = os.environ if environ is None else environ
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return None
+    if parts.scheme == "http" and parts.hostname:
+        opted_in = environ.get(ALLOW_HTTP_VAR, "").strip().lower() in ("1", "true", "yes")
+        if opted_in and _is_loopback(parts.hostname):
+            return None
+        why = ("only to a loopback address" if opted_in else
+               f"unless the address is loopback and {ALLOW_HTTP_VAR}=1")
+        return (f"{URL_VAR}={url}: the bearer token is never sent over plain http ({why}); "
+                "use an https URL")
+    return f"{URL_VAR}={url}: the bearer token is never sent to a URL that is not https"
+
+
+def _abort(connection: Any, aborted: threading.Event) -> None:
+    """End a request whose deadline passed: shut its socket down (wakes a blocked read; what
+    was read so far must then not count as an answer, hence ``aborted``)."""
+    import socket
+
+    aborted.set()
+    sock = getattr(connection, "sock", None)
+    if sock is not None:
+        try:
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's: leave TLS state alone
+        except OSError:
+            pass
 
 
 class StatusReporter:
-    """Turns run events into throttled TrainJob status updates."""
+    """Turns run events into throttled TrainJob status updates, sent from a worker thread."""
 
     def __init__(self, url: str, ca_cert: str | None, token_file: str | None, interval: float = 10.0,
-                 timeout: float = 5.0) -> None:
+                 timeout: float = 5.0, *, allow_plain_http: bool = False) -> None:
+        """``timeout`` is each update's total deadline, in seconds. ``allow_plain_http`` is the
+        opt-in for an http URL to a loopback address (never to any other)."""
+        problem = url_problem(url, {ALLOW_HTTP_VAR: "1" if allow_plain_http else ""})
+        if problem:
+            raise ValueError(problem)
         self.url, self.ca_cert, self.token_file = url, ca_cert, token_file
         self.interval, self.timeout = interval, timeout
-        self.last_post: float | None = None  # monotonic time of the last POST
+        self.last_post: float | None = None  # monotonic time of the last update handed to the worker
         self.first: tuple[float, int] | None = None  # (timestamp, step) of the first metrics line
         self.failures = 0
         self.sent = 0
+        self.dropped = 0  # replaced by a newer update, or late
+        self._cond = threading.Condition()
+        self._pending: tuple[dict[str, Any], float] | None = None  # (status, deadline)
+        self._busy = False
+        self._closed = False
+        self._worker: threading.Thread | None = None
 
     @classmethod
-    def from_environment(cls, environ: dict[str, str] | None = None) -> StatusReporter | None:
-        environ = dict(os.environ) if environ is None else environ
-        if not environ.get(URL_VAR):
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> StatusReporter | None:
+        environ = os.environ if environ is None else environ
+        url = environ.get(URL_VAR)
+        if not url:
             return None
-        return cls(environ[URL_VAR], environ.get(CA_VAR), environ.get(TOKEN_VAR),
-                   float(environ.get("THUB_KUBEFLOW_INTERVAL", "10")))
+        problem = url_problem(url, environ)
+        if problem:  # the preflight check stops `thub train` first; the API may get here
+            print(f"thub: Kubeflow status reporting is off: {problem}", file=sys.stderr)
+            return None
+        return cls(url, environ.get(CA_VAR), environ.get(TOKEN_VAR),
+                   float(environ.get("THUB_KUBEFLOW_INTERVAL", "10")),
+                   float(environ.get("THUB_KUBEFLOW_TIMEOUT", "5")),
+                   allow_plain_http=url.startswith("http:"))
 
     def status_for(self, line: dict[str, Any], final: bool = False) -> dict[str, Any]:
         """The ``trainerStatus`` body for one metrics line."""
@@ -69,39 +148,127 @@ class StatusReporter:
         return status
 
     def handle(self, kind: str, data: dict[str, Any]) -> None:
+        """Queue the update an event calls for; returns at once, except after the final one,
+        which it waits for at most its deadline."""
         if kind == "metrics":
             if self.first is None and isinstance(data.get("step"), int) and data.get("timestamp"):
                 self.first = (data["timestamp"], data["step"])
             if self.last_post is None or time.monotonic() - self.last_post >= self.interval:
-                self.post(self.status_for(data))
+                self.submit(self.status_for(data))
         elif kind in ("finished", "failed", "interrupted"):
             last = dict(data.get("last_metrics") or {})
-            self.post(self.status_for(last, final=kind == "finished"))
+            self.submit(self.status_for(last, final=kind == "finished"), final=True)
+            self.flush(2 * self.timeout + 1.0)  # the update in flight, then the final one
+            self.close()
 
-    def post(self, status: dict[str, Any]) -> bool:
-        """One POST; any error is swallowed (reported on stderr the first time)."""
-        import ssl
-        import urllib.request
+    # --- the worker --------------------------------------------------------------------------
 
+    def submit(self, status: dict[str, Any], final: bool = False) -> None:
+        """Hand ``status`` to the worker, replacing one still waiting. An update is late (and
+        dropped) when its deadline passes before the worker gets to it; the ``final`` one never
+        is: its deadline starts when it is sent."""
         self.last_post = time.monotonic()
+        with self._cond:
+            if self._pending is not None:
+                self.dropped += 1
+            self._pending = (status, float("inf") if final else time.monotonic() + self.timeout)
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name="thub-kubeflow-status", daemon=True)
+                self._worker.start()
+            self._cond.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._closed:
+                    self._busy = False
+                    self._cond.notify_all()
+                    self._cond.wait()
+                if self._pending is None:  # closed and nothing left
+                    self._busy = False
+                    self._cond.notify_all()
+                    return
+                (status, deadline), self._pending = self._pending, None
+                self._busy = True
+            if time.monotonic() >= deadline:
+                with self._cond:
+                    self.dropped += 1  # late: a newer update will say more
+                continue
+            self.post(status, min(deadline, time.monotonic() + self.timeout))
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued update is sent or given up (at most ``timeout`` seconds)."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while self._pending is not None or self._busy:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def close(self) -> None:
+        """Let the worker end once its queue is empty."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # --- one request -------------------------------------------------------------------------
+
+    def post(self, status: dict[str, Any], deadline: float | None = None) -> bool:
+        """One POST that ends by ``deadline`` (monotonic; default now + ``timeout``), never
+        follows a redirect, and swallows every error (reported on stderr the first time)."""
+        import http.client
+        import ssl
+        import urllib.parse
+
+        deadline = time.monotonic() + self.timeout if deadline is None else deadline
+        connection: Any = None
+        timer: threading.Timer | None = None
         try:
             headers = {"Content-Type": "application/json"}
             if self.token_file:
                 with open(self.token_file) as handle:  # rotated: read it every time
                     headers["Authorization"] = f"Bearer {handle.read().strip()}"
-            context = ssl.create_default_context(cafile=self.ca_cert) if self.ca_cert else ssl.create_default_context()
-            request = urllib.request.Request(self.url, data=json.dumps({"trainerStatus": status}).encode(),
-                                             headers=headers, method="POST")
-            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
-                response.read()
+            parts = urllib.parse.urlsplit(self.url)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the deadline passed before the update could be sent")
+            if parts.scheme == "https":
+                context = ssl.create_default_context(cafile=self.ca_cert) if self.ca_cert else ssl.create_default_context()
+                connection = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=remaining, context=context)
+            else:
+                connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=remaining)
+            aborted = threading.Event()
+            timer = threading.Timer(remaining, _abort, (connection, aborted))
+            timer.daemon = True
+            timer.start()
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            connection.request("POST", path, body=json.dumps({"trainerStatus": status}).encode(), headers=headers)
+            response = connection.getresponse()
+            response.read(MAX_ANSWER)
+            if aborted.is_set():  # a half answer, cut at the deadline
+                raise TimeoutError(f"no answer within the {self.timeout:g} s deadline")
+            if 300 <= response.status < 400:
+                raise ConnectionRefusedError(f"HTTP {response.status} redirect to {response.getheader('Location')!r} "
+                                             "not followed: the bearer token is never sent on")
+            if response.status >= 400:
+                raise ConnectionError(f"HTTP {response.status} {response.reason}")
             self.sent += 1
             return True
         except Exception as exc:  # noqa: BLE001 - progress reporting must never fail training
+            if time.monotonic() >= deadline:
+                exc = TimeoutError(f"no answer within the {self.timeout:g} s deadline")
             self.failures += 1
             if self.failures == 1:
                 print(f"thub: Kubeflow status update to {self.url} failed ({exc}); training continues",
                       file=sys.stderr)
             return False
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if connection is not None:
+                connection.close()
 
 
 _REPORTERS: dict[str, StatusReporter | None] = {}
@@ -123,3 +290,27 @@ def thub_on_event(event: Any) -> None:
     reporter = _reporter(event.run_dir)
     if reporter is not None:
         reporter.handle(event.kind, dict(event.data))
+    if event.kind in ("finished", "failed", "interrupted"):
+        _REPORTERS.pop(event.run_dir, None)  # its worker has ended; a resumed run gets a new one
+
+
+@hookimpl
+def thub_register_checks(register: Callable[[Any], None]) -> None:
+    from thub.specs import CheckSpec
+
+    register(CheckSpec(id="kubeflow.status-url", title="Kubeflow TrainJob status endpoint", run=_check,
+                       tags=frozenset({"preflight", "security"}), applies=lambda context: bool(context.env.get(URL_VAR)),
+                       timeout=5, docs="docs/kubeflow.md"))
+
+
+def _check(context: Any) -> Any:
+    from thub.specs import CheckResult
+
+    url = context.env.get(URL_VAR, "")
+    problem = url_problem(url, context.env)
+    if problem:
+        return CheckResult("fail", f"status URL is not https: {url}", (problem,),
+                           fix=f"point {URL_VAR} at an https endpoint\n"
+                               f"# a plain-http sidecar on 127.0.0.1 / ::1 only: export {ALLOW_HTTP_VAR}=1",
+                           docs="docs/kubeflow.md")
+    return CheckResult("ok", f"status URL {url} (https or opted-in loopback)")
