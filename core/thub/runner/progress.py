@@ -98,6 +98,8 @@ class Progress:
             console().print(trend, markup=False)
         if result.get("final_checkpoint"):
             console().print(f"final checkpoint: {result['final_checkpoint']}")
+        for warning in result.get("warnings") or []:
+            console().print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
         if status == "failed":
             console().print("[red]root cause:[/red]")
             for line in result.get("root_cause") or [result.get("error", "")]:

@@ -411,6 +411,9 @@ def supervise(
         name = signal.Signals(supervisor.signals[0]).name
         result["reason"] = f"stopped by {name} (checkpoint and stop at the next step boundary)"
     result.setdefault("final_checkpoint", None)
+    from thub.data.template_check import attach as check_templates
+
+    check_templates(result, resolved.values()["model_path"])  # saved chat templates vs the input model's
     _write_result(run_dir, result)
     supervisor.fire({"succeeded": "finished", "interrupted": "interrupted"}.get(result["status"], "failed"), result)
     progress.finish(result)

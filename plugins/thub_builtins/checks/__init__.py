@@ -47,6 +47,8 @@ _CHECKS: tuple[tuple[str, str, Callable, frozenset[str], float, Callable | None]
     ("core.socket-paths", "Socket paths fit AF_UNIX", _lazy("storage:check_socket_paths"), frozenset({_P}), 5, None),
     ("core.disk", "Free disk space", _lazy("storage:check_disk"), frozenset({_P}), 10, None),
     ("core.output-dir", "Output directory writable", _lazy("storage:check_output_dir"), frozenset({_P}), 5, None),
+    ("core.checkpoint-templates", "Saved chat templates match the input model",
+     _lazy("thub.data.template_check:doctor_check"), frozenset(), 30, lambda context: bool(context.output_dir)),
     ("core.hf-env", "Hugging Face settings", _lazy("storage:check_hf_env"), frozenset({_P}), 5, None),
     ("core.env-vars", "Obsolete or debugging variables", _lazy("storage:check_leftover_env"), frozenset({_P}), 5, None),
     ("core.gpus", "GPUs visible", _lazy("gpu:check_gpus"), frozenset({_P, _GPU}), 25, None),
