@@ -42,7 +42,7 @@ def test_redact_text(text: str, shown: str) -> None:
 
 def test_secret_names_by_whole_words() -> None:
     for name in ("HF_TOKEN", "WANDB_API_KEY", "hub_token", "db_password", "apiKey", "aws_access_key_id",
-                 "MLFLOW_TRACKING_SECRET", "X-Amz-Credential"):
+                 "MLFLOW_TRACKING_SECRET", "X-Amz-Credential", "THUB_RUN_SECRETS"):
         assert is_secret_name(name), name
     for name in ("max_tokens", "TOKENIZERS_PARALLELISM", "prompt_key", "hub_private_repo", "keyword", "monkey"):
         assert not is_secret_name(name), name

@@ -33,8 +33,8 @@ SECRETS_ENV = "THUB_RUN_SECRETS"
 
 #: Whole words of a name that mark its value as a secret (``HF_TOKEN``, ``db_password``, ``sig``).
 SECRET_WORDS = frozenset({
-    "token", "secret", "password", "passwd", "pwd", "credential", "credentials", "apikey", "auth", "signature",
-    "sig", "privatekey", "accesskey",
+    "token", "secret", "secrets", "password", "passwd", "pwd", "credential", "credentials", "apikey", "auth",
+    "signature", "sig", "privatekey", "accesskey",
 })
 #: Consecutive words that do (``WANDB_API_KEY``, ``apiKey``, ``aws_access_key_id``).
 SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key"), ("account", "key"),
