@@ -201,3 +201,27 @@ def test_control_should_training_stop_checkpoints_and_stops(tiny_model: Path, tm
     assert result["status"] == "interrupted"
     assert 2 <= result["last_metrics"]["step"] < 16  # 32 steps without the stop
     assert result["final_checkpoint"] and Path(result["final_checkpoint"]).exists()
+
+
+def test_training_hubs_grpo_defaults_apply_on_its_backends(captured: list[Any], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """What Training Hub's lora_grpo passed to verl/ART when the caller left a value out."""
+    prompts = str(ROOT / "examples" / "data" / "grpo.jsonl")
+    thub.lora_grpo("m", str(tmp_path), prompts, backend="verl", lora_r=32)
+    values, sources = captured[-1].values(), captured[-1].sources
+    assert (values["prompt_batch_size"], values["lora_alpha"], values["max_prompt_length"]) == (100, 8, 16384)
+    assert values["gpu_memory_utilization"] == 0.45 and values["use_dr_grpo"] is True
+    assert values["num_epochs"] == 15 and values["num_iterations"] is None  # verl: epochs
+    assert values["lora_r"] == 32 and sources["lora_r"] == "api lora_r"
+    assert sources["prompt_batch_size"] == "training-hub default prompt_batch_size=100 (lora_grpo on verl)"
+    assert sources["nproc_per_node"] == "training-hub default n_gpus=1 (lora_grpo on verl)"
+    assert "max_grad_norm" not in {k for k, s in sources.items() if s.startswith("training-hub")}  # verl ignores it
+    thub.lora_grpo("m", str(tmp_path), prompts, backend="art")
+    values = captured[-1].values()
+    assert (values["num_iterations"], values["concurrency"], values["max_grad_norm"]) == (15, 32, 0.1)
+    assert values["max_prompt_length"] is None  # ART does not read it
+    monkeypatch.setenv("THUB_PROMPT_BATCH_SIZE", "4")
+    thub.lora_grpo("m", str(tmp_path), prompts, backend="art")
+    assert captured[-1].values()["prompt_batch_size"] == 4  # never over a THUB_* variable
+    thub.lora_grpo("m", str(tmp_path), prompts, backend="trl", max_steps=2)
+    assert not any(s.startswith("training-hub default") for s in captured[-1].sources.values())  # not its backend

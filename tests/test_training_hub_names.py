@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -267,3 +268,31 @@ def test_none_is_not_given_as_in_training_hub(tmp_path: Path) -> None:
                data_config=None, n_train=None, tasks=None, reward_fn=None, n_gpus=2)
     assert plan["parameters"]["nproc_per_node"]["value"] == 2
     assert plan["training_hub_notes"] == []
+
+
+@pytest.mark.parametrize("function", ["lora_grpo", "grpo"])
+def test_signature_defaults_are_the_wheels(function: str) -> None:
+    tree = ast.parse((_wheel() / MODULES[function]).read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    args = node.args.args
+    defaults = {a.arg: ast.literal_eval(d) for a, d in zip(args[len(args) - len(node.args.defaults):],
+                                                           node.args.defaults)}
+    table = th.SIGNATURE_DEFAULTS[function]
+    assert {name: defaults[name] for name in table} == table
+    # the others are None, refused Hub-dataset settings, or the backend choice
+    assert set(defaults) - set(table) - {n for n, v in defaults.items() if v is None} == {
+        "data_config", "n_train", "n_val", "backend"} & set(defaults)
+
+
+@pytest.mark.parametrize(("backend", "module"), [("verl", "algorithms/lora_grpo_verl.py"),
+                                                 ("art", "algorithms/lora_grpo.py")])
+def test_backend_reads_are_read_by_the_backend(backend: str, module: str) -> None:
+    source = (_wheel() / module).read_text()
+    if backend == "verl":
+        source = source.split("class VeRLLoRAGRPOBackend", 1)[1]
+    else:
+        source = source.split("class ARTLoRAGRPOBackend", 1)[1].split("class LoRAGRPOAlgorithm", 1)[0]
+    read = set(re.findall(r"""params\.get\(["']([a-z_0-9]+)["']""", source))
+    assert th.BACKEND_READS[backend] <= read
+    # and what it does not read is not applied there (Training Hub ignores it on that backend)
+    assert not (set(th.SIGNATURE_DEFAULTS["lora_grpo"]) - th.BACKEND_READS[backend]) & read

@@ -11,6 +11,7 @@ Keyword arguments rank like CLI flags in the precedence order (they override ``c
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,13 @@ def _training_hub_call(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, 
     if backend is None and config is None:
         backend = training_hub.default_backend(get_registry(), algorithm)
         reason = f"Training Hub's default backend for {algorithm}" if backend else None
-    relabel = training_hub.verl_epochs(get_registry(), algorithm, backend, params)
+    relabel = {}
+    if config is None:  # Training Hub's signature defaults rank as arguments: never over a config file
+        relabel = training_hub.signature_defaults(get_registry(), algorithm, backend, params, os.environ)
+    given = "num_iterations" in params and "num_iterations" not in relabel
+    for name, label in training_hub.verl_epochs(get_registry(), algorithm, backend, params).items():
+        previous = relabel.pop("num_iterations", None)
+        relabel[name] = f"api num_iterations, {label}" if given else f"{previous}, {label}"
     control = {key: params.pop(key, False) for key in ("overwrite", "resume", "allow_ignored", "progress")}
     return _train(algorithm, backend, reason, config, control["overwrite"], control["resume"],
                   control["allow_ignored"], control["progress"], params, relabel)

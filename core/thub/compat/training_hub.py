@@ -105,6 +105,27 @@ KWARGS: dict[str, tuple[str, ...]] = {
 # The backend Training Hub uses when none is named (lora_grpo/grpo: the function's default, verl).
 DEFAULT_BACKEND = {"sft": "instructlab-training", "osft": "mini-trainer", "lora_sft": "unsloth",
                    "lora_grpo": "verl", "grpo": "verl"}
+# lora_grpo/grpo pass every signature default explicitly to their backend: the values a Training
+# Hub run used when the caller left them out (checked against the wheel's signatures).
+_GRPO_DEFAULTS = {"num_iterations": 15, "group_size": 8, "prompt_batch_size": 100, "learning_rate": 1e-05,
+                  "temperature": 0.7, "max_tokens": 512, "max_prompt_length": 16384,
+                  "gpu_memory_utilization": 0.45, "n_gpus": 1, "nnodes": 1, "tensor_parallel_size": 1,
+                  "use_dr_grpo": True}
+SIGNATURE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "lora_grpo": {**_GRPO_DEFAULTS, "concurrency": 32, "lora_r": 16, "lora_alpha": 8, "max_grad_norm": 0.1,
+                  "enforce_eager": False},
+    "grpo": dict(_GRPO_DEFAULTS),
+}
+# Which of them each Training Hub backend reads (``params.get("name", ...)`` in its source; the
+# others it ignores, so they are not applied there).
+BACKEND_READS: dict[str, frozenset[str]] = {
+    "verl": frozenset({"num_iterations", "group_size", "prompt_batch_size", "learning_rate", "temperature",
+                       "max_tokens", "max_prompt_length", "gpu_memory_utilization", "n_gpus", "nnodes",
+                       "tensor_parallel_size", "use_dr_grpo", "lora_r", "lora_alpha"}),
+    "art": frozenset({"num_iterations", "group_size", "prompt_batch_size", "learning_rate", "temperature",
+                      "max_tokens", "concurrency", "lora_r", "lora_alpha", "max_grad_norm",
+                      "gpu_memory_utilization", "enforce_eager"}),
+}
 # TrainingHubCallback's hooks, in call order within a run.
 CALLBACK_HOOKS = ("on_train_begin", "on_epoch_begin", "on_step_begin", "on_log", "on_evaluate", "on_save",
                   "on_step_end", "on_epoch_end", "on_train_end")
@@ -459,6 +480,32 @@ def default_backend(registry: Any, algorithm: str) -> str | None:
     return backend.name if backend_status(backend)[0] else None
 
 
+def signature_defaults(registry: Any, algorithm: str, backend: str | None, params: dict[str, Any],
+                       environ: Mapping[str, str]) -> dict[str, str]:
+    """Add the signature defaults Training Hub's ``backend`` would have received for names the
+    caller left out (only on Training Hub's own backends, only where thub's backend honours them,
+    never over a ``THUB_*`` variable). Mutates ``params``; returns the sources to show."""
+    from thub.selection import choose_backend
+
+    defaults = SIGNATURE_DEFAULTS.get(algorithm)
+    if not defaults:
+        return {}
+    spec = registry.backend(backend) if backend else choose_backend(registry, algorithm, None)[0]
+    honoured = spec.honours(algorithm)
+    fields = registry.algorithm(algorithm).load_parameters().model_fields
+    sources = {}
+    for name in sorted(BACKEND_READS.get(spec.name, frozenset()) & set(defaults)):
+        rule = rule_for(algorithm, name, fields)
+        target = name if rule is None or rule.kind == "same" else rule.thub
+        if name in params or target in params or f"THUB_{target.upper()}" in environ or target not in fields:
+            continue
+        if target not in honoured and not (name == "num_iterations" and spec.name == "verl"):
+            continue
+        params[target] = defaults[name]
+        sources[target] = f"training-hub default {name}={defaults[name]!r} ({algorithm} on {spec.name})"
+    return sources
+
+
 def verl_epochs(registry: Any, algorithm: str, backend: str | None, params: dict[str, Any]) -> dict[str, str]:
     """Training Hub's verl backend runs ``num_iterations`` *epochs* (``trainer.total_epochs``); thub's
     num_iterations are GRPO steps (Training Hub's ART meaning). A call in Training Hub's convention
@@ -470,7 +517,7 @@ def verl_epochs(registry: Any, algorithm: str, backend: str | None, params: dict
     if (backend or choose_backend(registry, algorithm, None)[0].name) != "verl":
         return {}
     params["num_epochs"] = params.pop("num_iterations")
-    return {"num_epochs": "api num_iterations, training-hub name num_iterations (verl: epochs) → num_epochs"}
+    return {"num_epochs": "training-hub name num_iterations (verl: epochs) → num_epochs"}
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
