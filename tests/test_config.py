@@ -287,3 +287,17 @@ def test_oversized_config_exits_2_without_traceback(thub_cli, tmp_path: Path) ->
         handle.truncate(64 * 1024 * 1024)
     result = thub_cli("train", "sft", "--backend", "trl", "--dry-run", "--config", str(config))
     assert result.exit_code == 2 and "the limit is 10 MB" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cluster_files_have_the_same_limits(tmp_path: Path) -> None:
+    from thub.launch.profiles import load_profiles
+
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text("clusters:\n  big:\n    partition: gpu\n    partition: cpu\n")
+    with pytest.raises(UsageError, match=rf"{clusters}:4: duplicate key 'partition' \(first at line 3\)"):
+        load_profiles(clusters)
+    with open(clusters, "w") as handle:
+        handle.write("clusters: {}\n")
+        handle.truncate(10 * 1024 * 1024 + 1)
+    with pytest.raises(UsageError, match="cluster file is .* MB; the limit is 10 MB"):
+        load_profiles(clusters)

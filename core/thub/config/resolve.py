@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from thub.compat import training_hub
 from thub.config.fields import ParamInfo, param_infos, parse_text
+from thub.config.yamlfile import load_yaml
 from thub.errors import UsageError, did_you_mean
 from thub.redact import redact
 from thub.manager import Registry
@@ -44,62 +45,14 @@ class ConfigFile:
         return f"{self.path}:{self.lines.get(key, 1)}"
 
 
-#: Config files larger than this are refused before the YAML parser sees them (a parameter
-#: file is a few kB; PyYAML needs seconds and much memory for megabytes).
-MAX_CONFIG_BYTES = 10 * 1024 * 1024
-
-
-def _duplicate_key(node: yaml.Node) -> tuple[str, int, int] | None:
-    """The first key repeated in any mapping under ``node``: (key, first line, repeated line).
-
-    PyYAML keeps the last value silently; a repeated key is almost always an edit mistake.
-    """
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[str, int] = {}
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                line = key.start_mark.line + 1
-                if key.value in seen:
-                    return key.value, seen[key.value], line
-                seen[key.value] = line
-            found = _duplicate_key(value)
-            if found:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            found = _duplicate_key(item)
-            if found:
-                return found
-    return None
-
-
 def read_config_file(path: str | Path) -> ConfigFile:
     """Parse a YAML mapping of parameters; errors carry file and line.
 
-    Refused: files over :data:`MAX_CONFIG_BYTES` (before parsing) and repeated keys.
+    Refused (:func:`thub.config.yamlfile.load_yaml`): files over 10 MB, before parsing, and a
+    key repeated in any mapping.
     """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise UsageError(f"{path}: config file is {size / 1e6:.1f} MB; the limit is "
-                             f"{MAX_CONFIG_BYTES // (1024 * 1024)} MB (a parameter file is a few kB)")
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read config file: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: cannot read config file: not UTF-8 text ({exc.reason})") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        duplicate = _duplicate_key(node) if node is not None else None
-        if duplicate:
-            key, first, again = duplicate
-            raise UsageError(f"{path}:{again}: duplicate key {key!r} (first at line {first}); keep one")
-        values = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise UsageError(f"{path}{line}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    values, node = load_yaml(path, "config file")
     if values is None:
         return ConfigFile(path, {}, {})
     if not isinstance(values, dict) or not isinstance(node, yaml.MappingNode):

@@ -170,12 +170,9 @@ def search_paths(cluster_file: str | Path | None = None, cwd: Path | None = None
 
 
 def _read_file(path: Path) -> dict[str, dict[str, Any]]:
-    import yaml
+    from thub.config.yamlfile import load_yaml  # size limit, repeated keys, file:line errors
 
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML: {exc}") from None
+    data = load_yaml(path, "cluster file")[0] or {}
     if isinstance(data, dict) and "clusters" in data:
         data = data["clusters"]
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
