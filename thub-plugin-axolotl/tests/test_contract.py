@@ -160,3 +160,24 @@ def test_mask_comparison_with_thub_on_the_demo_data(tiny_model: Path, demo_data:
     # measured: axolotl (roles_to_train [assistant], train_on_eos turn) trains exactly thub's tokens
     assert [e for e in examples if not e["comparison"]["equal"]] == []
     assert all(e["backend"]["trained_tokens"] == e["trained_tokens"] for e in examples)
+
+
+def test_slurm_dry_run_splits_the_global_batch_over_nodes(tmp_path: Path) -> None:
+    """--launcher slurm: one thub worker per node starts torchrun (the backend's launcher); the job
+    script shortens a long TMPDIR for AF_UNIX sockets; the global batch stays fixed."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    args = [sys.executable, "-m", "thub", "train", "sft", "--backend", "axolotl", "--model-path", "m",
+            "--data-path", "d.jsonl", "--ckpt-output-dir", str(tmp_path / "run"), "--launcher", "slurm",
+            "--nodes", "2", "--gpus-per-node", "4", "--effective-batch-size", "96", "--dry-run", "--json"]
+    done = subprocess.run(args, capture_output=True, text=True, env=environ, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    translation = plan["translation"]
+    native = translation.get("args") or translation.get("config")
+    micro = native.get("per_device_train_batch_size") or native.get("micro_batch_size")
+    assert translation["world_size"] == 8 and micro * native["gradient_accumulation_steps"] * 8 == 96
+    script = plan["launch"]["script"]
+    assert "thub.launch.worker node" in script and 'export TMPDIR=/tmp/thub_"$SLURM_JOB_ID"' in script
+    bad = subprocess.run([*args[:-6], "--nodes", "5", "--gpus-per-node", "2", "--effective-batch-size", "96",
+                          "--dry-run"], capture_output=True, text=True, env=environ, timeout=300, cwd=tmp_path)
+    assert bad.returncode == 2 and "nearest valid values: 90, 100" in bad.stderr

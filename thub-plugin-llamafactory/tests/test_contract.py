@@ -5,6 +5,10 @@ LLaMA-Factory's own parser checks the same output in ``test_training.py`` (its m
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +127,24 @@ def test_rows_become_sharegpt_turns_and_tool_calls_function_calls() -> None:
 def test_rows_llamafactory_cannot_represent_are_errors(row: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=f"d.jsonl:3: .*{message}"):
         lf_rows([row], ["d.jsonl:3"], pretraining=False, unmask_all=False)
+
+
+def test_slurm_dry_run_splits_the_global_batch_over_nodes(tmp_path: Path) -> None:
+    """--launcher slurm: one thub worker per node starts torchrun (the backend's launcher); the job
+    script shortens a long TMPDIR for AF_UNIX sockets; the global batch stays fixed."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    args = [sys.executable, "-m", "thub", "train", "sft", "--backend", "llamafactory", "--model-path", "m",
+            "--data-path", "d.jsonl", "--ckpt-output-dir", str(tmp_path / "run"), "--launcher", "slurm",
+            "--nodes", "2", "--gpus-per-node", "4", "--effective-batch-size", "96", "--dry-run", "--json"]
+    done = subprocess.run(args, capture_output=True, text=True, env=environ, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    translation = plan["translation"]
+    native = translation.get("args") or translation.get("config")
+    micro = native.get("per_device_train_batch_size") or native.get("micro_batch_size")
+    assert translation["world_size"] == 8 and micro * native["gradient_accumulation_steps"] * 8 == 96
+    script = plan["launch"]["script"]
+    assert "thub.launch.worker node" in script and 'export TMPDIR=/tmp/thub_"$SLURM_JOB_ID"' in script
+    bad = subprocess.run([*args[:-6], "--nodes", "5", "--gpus-per-node", "2", "--effective-batch-size", "96",
+                          "--dry-run"], capture_output=True, text=True, env=environ, timeout=300, cwd=tmp_path)
+    assert bad.returncode == 2 and "nearest valid values: 90, 100" in bad.stderr
