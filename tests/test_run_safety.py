@@ -49,7 +49,7 @@ def sft(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
             "--ckpt-output-dir", str(out), *extra]
 
 
-LONG = ("--max-steps", "400", "--effective-batch-size", "2")
+LONG = ("--max-steps", "5000", "--effective-batch-size", "2")  # stopped early by every test that uses it
 
 
 def wait_for_steps(out: Path, steps: int, process: subprocess.Popen[str], timeout: float = 120) -> None:
