@@ -277,3 +277,20 @@ def test_force_launch_reports_the_library_root_cause(tiny_model, demo_data, tmp_
     assert result["status"] == "failed"
     assert "ChildFailedError" not in result["error"]
     assert "cuda" in result["error"].lower() or "accelerator" in result["error"].lower(), result["error"]
+
+
+@pytest.mark.parametrize("algorithm", ["sft", "osft"])
+def test_unset_parameters_leave_mini_trainers_defaults(algorithm: str) -> None:
+    """Translating only the required parameters: every ``TrainingArgs`` field mini-trainer gives a
+    default keeps it, except the ones thub sets on purpose."""
+    import dataclasses
+
+    from mini_trainer import TrainingArgs
+    from thub_plugin_minitrainer.native import build
+
+    training = build(_plan(algorithm))[1]
+    differing = {f.name for f in dataclasses.fields(TrainingArgs)
+                 if f.default is not dataclasses.MISSING and getattr(training, f.name) != f.default}
+    # on_demand_checkpointing: thub's interrupt saves a full-state checkpoint; osft: the algorithm
+    assert differing == {"on_demand_checkpointing"} | ({"osft", "osft_unfreeze_rank_ratio"} if algorithm == "osft"
+                                                       else set())

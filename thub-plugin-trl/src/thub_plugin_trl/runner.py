@@ -121,6 +121,17 @@ def save_merged(params: dict[str, Any], adapter_dir: str, merged_dir: str, token
     print(f"thub: merged {str(dtype).removeprefix('torch.')} model saved to {merged_dir}", flush=True)
 
 
+def mixed_precision(config: dict[str, Any]) -> dict[str, Any]:
+    """bf16 on a GPU that has it; fp16 (said so) on one that does not (T4, V100), as unsloth does."""
+    if config.get("bf16"):
+        import torch
+
+        if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+            print("thub: this GPU has no bf16: training in fp16", flush=True)
+            config.update(bf16=False, fp16=True)
+    return config
+
+
 def run(context: RunContext) -> dict[str, Any]:
     """Train with TRL according to ``translate(algorithm, params)``; return the outcome."""
     import trl

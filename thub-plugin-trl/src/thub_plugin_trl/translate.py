@@ -61,12 +61,13 @@ def _common(params: dict[str, Any], output_dir: str) -> dict[str, Any]:
         "seed": params["seed"],
         "logging_steps": params["logging_steps"],
         "lr_scheduler_type": params.get("lr_scheduler") or "linear",
-        "gradient_checkpointing": bool(params.get("gradient_checkpointing")),
         "use_cpu": not gpu,
-        "bf16": gpu,
+        "bf16": gpu,  # on a GPU without bf16 the runner switches to fp16 (runner.mixed_precision)
         "disable_tqdm": True,  # thub shows progress from the metrics stream
         "save_strategy": "steps" if params.get("save_steps") else "epoch" if params.get("checkpoint_at_epoch") else "no",
     }
+    if params.get("gradient_checkpointing") is not None:
+        config["gradient_checkpointing"] = params["gradient_checkpointing"]  # unset: TRL's default (True)
     config.update(optional_training_args(params))
     report_to, _env, extra = report_settings(params)
     config["report_to"] = report_to
