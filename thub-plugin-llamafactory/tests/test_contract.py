@@ -148,3 +148,19 @@ def test_slurm_dry_run_splits_the_global_batch_over_nodes(tmp_path: Path) -> Non
     bad = subprocess.run([*args[:-6], "--nodes", "5", "--gpus-per-node", "2", "--effective-batch-size", "96",
                           "--dry-run"], capture_output=True, text=True, env=environ, timeout=300, cwd=tmp_path)
     assert bad.returncode == 2 and "nearest valid values: 90, 100" in bad.stderr
+
+
+def test_cuda_torchvision_next_to_cpu_torch_is_explained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # what importing LLaMA-Factory raises with PyPI's (CUDA) torchvision next to a +cpu torch
+    package = tmp_path / "llamafactory" / "train"
+    package.mkdir(parents=True)
+    (tmp_path / "llamafactory" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "tuner.py").write_text("raise RuntimeError('operator torchvision::nms does not exist')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "llamafactory" or m.startswith("llamafactory.")]:
+        monkeypatch.delitem(sys.modules, name)
+    from thub_plugin_llamafactory.runner import _import_run_exp
+
+    with pytest.raises(RuntimeError, match="torchvision/torchaudio are CUDA builds next to a CPU torch.*whl/cpu"):
+        _import_run_exp()

@@ -91,6 +91,29 @@ def _global_step(output_dir: Path) -> int:
     return 0
 
 
+def _import_run_exp() -> Any:
+    """``llamafactory.train.tuner.run_exp``, or an error that says how to repair the environment.
+
+    ``llamafactory.data`` imports torchaudio at module level, and transformers imports torchvision
+    when it is installed: the PyPI wheels of both are CUDA builds, which do not load next to a
+    ``+cpu`` torch.
+    """
+    try:
+        from llamafactory.train.tuner import run_exp
+    except (ImportError, OSError, RuntimeError) as exc:
+        import sys
+
+        text = f"{type(exc).__name__}: {exc}"
+        if "torchvision" in text or "torchaudio" in text or "libc10_cuda" in text or "PreTrainedModel" in text:
+            raise RuntimeError(
+                f"LLaMA-Factory cannot be imported ({text}): torchvision/torchaudio are CUDA builds next to a CPU "
+                f"torch. Install their CPU builds: {sys.executable} -m pip install torchvision torchaudio "
+                "--index-url https://download.pytorch.org/whl/cpu (or uninstall torchvision: LLaMA-Factory's "
+                "text training does not use it)") from exc
+        raise
+    return run_exp
+
+
 def run(context: RunContext) -> dict[str, Any]:
     """Prepare LLaMA-Factory's inputs, run ``run_exp`` with thub's callback; return the outcome."""
     from thub.runner.hf_trainer import metrics_callback
@@ -105,8 +128,7 @@ def run(context: RunContext) -> dict[str, Any]:
     if context.resume_from:
         args["resume_from_checkpoint"] = context.resume_from
 
-    from llamafactory.train.tuner import run_exp
-
+    run_exp = _import_run_exp()
     run_exp(args, callbacks=[metrics_callback(context)])
     output_dir = Path(args["output_dir"])
     step = _global_step(output_dir)
