@@ -121,6 +121,8 @@ class EchoParams(SFTParams):
 
 def run(context):
     Path(context.run_dir.path, "seen.json").write_text(json.dumps(context.params))
+    if context.params.get("lr_scheduler") == "fail":
+        raise RuntimeError(f"cannot reach {context.params['endpoint']}")
     return {}
 '''
 
@@ -221,3 +223,15 @@ def test_an_error_quoting_the_uri_does_not_show_the_password(thub_cli, demo_data
     assert result.exit_code == 2, result.stderr
     assert "127.0.0.1:9" in result.stderr and PASSWORD not in result.stderr and TOKEN not in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_failed_runs_result_does_not_quote_the_password(echo: Path, demo_data: Path, tmp_path: Path) -> None:
+    import thub
+
+    out = tmp_path / "run"
+    result = thub.train("echo", backend="echo", model_path=str(echo), data_path=str(demo_data / "chat.jsonl"),
+                        ckpt_output_dir=str(out), endpoint=URI, lr_scheduler="fail")
+    assert result["status"] == "failed" and "cannot reach https://" in result["error"], result
+    assert "mlflow.example.com" in result["error"]
+    for text in (json.dumps(result), (out / "result.json").read_text()):
+        assert PASSWORD not in text and TOKEN not in text

@@ -414,6 +414,7 @@ def supervise(
     from thub.data.template_check import attach as check_templates
 
     check_templates(result, resolved.values()["model_path"])  # saved chat templates vs the input model's
+    result = redact(result)  # an error or root cause may quote a URI with its password
     _write_result(run_dir, result)
     supervisor.fire({"succeeded": "finished", "interrupted": "interrupted"}.get(result["status"], "failed"), result)
     progress.finish(result)
