@@ -178,7 +178,8 @@ def main() -> None:
                                            "--model-path", args.model, "--data-path", args.data,
                                            "--ckpt-output-dir", str(out), "--max-steps", str(args.steps),
                                            "--effective-batch-size", "8", "--learning-rate", "5e-3",
-                                           "--max-seq-len", "128", "--no-save-final-checkpoint"],
+                                           "--max-seq-len", "128", "--no-save-final-checkpoint",
+                                           "--no-gradient-checkpointing"],  # as the bare script (TRL's default is on)
                                           probe, work / "phases.jsonl"))
 
     def median(runs: list[dict[str, float]], key: str) -> float:

@@ -335,3 +335,9 @@ def test_estimate_says_which_policy_it_applied(tmp_path: Path) -> None:
     assert code == 0
     data = json.loads(out)
     assert data["memory_policy"].startswith("mini-trainer:") and data["setup"]["gradient_checkpointing"] is True
+
+
+def test_trl_policy_checkpoints_unless_turned_off() -> None:
+    # thub leaves gradient_checkpointing unset for TRL, whose SFTConfig default is True
+    assert _policy_estimate("trl").setup.gradient_checkpointing
+    assert not _policy_estimate("trl", gradient_checkpointing=False).setup.gradient_checkpointing

@@ -75,8 +75,9 @@ class MemoryPolicy:
         summary: one line naming the policy, printed by ``thub estimate``.
         checkpointing: ``always`` (the library checkpoints every decoder block whatever the
             parameters say), ``offloaded`` (checkpointed layer inputs kept in CPU memory, as
-            unsloth's ``use_gradient_checkpointing="unsloth"``), ``never``, or None (the
-            ``gradient_checkpointing`` parameter decides).
+            unsloth's ``use_gradient_checkpointing="unsloth"``), ``unless-disabled`` (on unless
+            ``gradient_checkpointing`` is set to false: the library's default is on), ``never``,
+            or None (the ``gradient_checkpointing`` parameter decides, unset = off).
         precision: ``bf16-mixed`` (fp32 weights, gradients and AdamW states, bf16 compute),
             ``bf16`` (everything bf16), ``checkpoint`` (weights kept in the checkpoint's dtype:
             bf16 checkpoints train in pure bf16, fp32 ones in bf16-mixed), or None.
@@ -91,7 +92,7 @@ class MemoryPolicy:
     """
 
     summary: str
-    checkpointing: Literal["always", "offloaded", "never"] | None = None
+    checkpointing: Literal["always", "offloaded", "unless-disabled", "never"] | None = None
     precision: Literal["bf16-mixed", "bf16", "checkpoint"] | None = None
     sharding: Literal["ddp", "zero1", "zero2", "fsdp"] | None = None
     loss: Literal["fused", "upcast"] | None = None

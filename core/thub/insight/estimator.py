@@ -443,6 +443,8 @@ def _apply_policy(setup: Setup, policy: Any, params: dict[str, Any], precision: 
         # unsloth-style: on unless the user turned checkpointing off explicitly
         setup.gradient_checkpointing = params.get("gradient_checkpointing") is not False
         setup.checkpoint_offload = setup.gradient_checkpointing
+    elif policy.checkpointing == "unless-disabled":
+        setup.gradient_checkpointing = params.get("gradient_checkpointing") is not False
     elif policy.checkpointing == "never":
         setup.gradient_checkpointing = False
     if precision == "auto" and policy.precision:

@@ -15,10 +15,11 @@ INSTALL = "pip install 'thub-plugin-trl' torch==2.13.0  # or: thub install trl"
 
 MEMORY = MemoryPolicy(
     summary="HF Trainer + TRL SFTTrainer: weights in the checkpoint's dtype, chunked LM head (no full logits), "
-            "DDP; gradient checkpointing as the parameter says",
-    precision="checkpoint", sharding="ddp", loss="fused", rollout="colocated",
+            "DDP; gradient checkpointing on unless turned off (TRL's default)",
+    checkpointing="unless-disabled", precision="checkpoint", sharding="ddp", loss="fused", rollout="colocated",
     source="trl SFTTrainer: model_init_kwargs dtype 'auto'; add_fused_lm_head() scores trained positions "
-           "in tiles; GRPOTrainer use_vllm colocate reserves vllm_gpu_memory_utilization",
+           "in tiles; _BaseConfig gradient_checkpointing=True; GRPOTrainer use_vllm colocate reserves "
+           "vllm_gpu_memory_utilization",
 )
 
 
