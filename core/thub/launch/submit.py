@@ -157,9 +157,10 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
 
     _validate_data(resolved)  # seconds, here, rather than after the queue wait
     run_dir = RunDirectory(request.run_dir)
-    run_dir.prepare(overwrite=overwrite, resume=resume)
+    user_entries = run_dir.prepare(overwrite=overwrite, resume=resume)  # what --overwrite must keep
     latest = run_dir.latest_checkpoint() if resume else None
     record = build_record(resolved, command_line, str(latest[0]) if latest else None)
+    record["user_entries"] = user_entries
     record["launch"] = {**launch, "job_ids": [], "submitted": None,
                         "environment": slurm.environment_summary()}
     write_json_atomic(run_dir.record, record)
