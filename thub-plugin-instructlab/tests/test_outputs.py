@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from thub_plugin_instructlab.outputs import (
     OutputFollower,
     checkpoint_dirs,
     expected_max_steps,
+    metrics_file,
     read_new_lines,
 )
 from thub_plugin_instructlab.runner import failure_message
@@ -116,3 +118,45 @@ def test_failure_message_reads_the_node_log(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "full_logs_global0.log", tmp_path / "full_logs_global0.log")
     assert "_cuda_setDevice" in failure_message(tmp_path, 0)
     assert failure_message(tmp_path, 1) is None
+
+
+def _ilab_attempt(path: Path, steps: list[tuple[int, int]], num_epoch_steps: int = 6, num_epochs: int = 3) -> None:
+    """Append one instructlab-training attempt in its own format (main_ds.py): the ``vars(args)``
+    line, the ``num_batches`` line, then one line per step as ``(epoch, global_step)``."""
+    lines = [{"model_name_or_path": "/m", "num_epochs": num_epochs, "effective_batch_size": 4, "last_step": 0,
+              "timestamp": "2026-11-30T10:00:00.000001"},
+             {"num_gpus": 1, "num_batches": num_epoch_steps, "total_samples": 4 * num_epoch_steps,
+              "timestamp": "2026-11-30T10:00:01.000000"}]
+    for epoch, step in steps:
+        lines.append({"epoch": epoch, "step": step, "rank": 0, "lr": 1e-5, "avg_loss": 3.0 - 0.01 * step,
+                      "samples_seen": 4 * step, "gradnorm": 1.0, "total_samples": 4 * num_epoch_steps,
+                      "num_epoch_steps": num_epoch_steps, "timestamp": f"2026-11-30T10:{step:02d}:00.000000"})
+    with path.open("a") as out:
+        out.writelines(json.dumps(line) + "\n" for line in lines)
+
+
+def test_a_resumed_run_continues_the_step_numbers_and_logs_each_step_once(tmp_path: Path) -> None:
+    """instructlab resumes an epoch-boundary full_state with its step counter back at 1 (main_ds.py:
+    ``global_step = 1``, ``last_step`` 0, ``current_epoch`` E+1). 18 steps (3 epochs of 6),
+    interrupted during step 8 after full_state/epoch_0: steps 1-7 were logged, the resumed attempt
+    prints steps 1-12 of epochs 1-2. thub's metrics: 1..18, each once, the redone 7 from the resume."""
+    from thub.runner.metrics import MetricsWriter, read_metrics, truncate_after
+
+    raw = metrics_file(tmp_path)
+    thub_metrics = tmp_path / "training_metrics.jsonl"
+
+    def attempt(steps: list[tuple[int, int]]) -> None:
+        writer = MetricsWriter(thub_metrics)
+        follower = OutputFollower(tmp_path, MetricsConverter(18, 3), emit=lambda line: writer.log(line.pop("step"), **line),
+                                  on_checkpoint=lambda path, step: None, interval=60)
+        _ilab_attempt(raw, steps)
+        follower.stop()  # the final pass reads everything the attempt wrote
+
+    attempt([(0, s) for s in range(1, 7)] + [(1, 7)])
+    assert [line["step"] for line in read_metrics(thub_metrics)] == list(range(1, 8))
+    truncate_after(thub_metrics, 0)  # what --resume does without a checkpoint-N (supervisor._resume_point)
+    attempt([(1, s) for s in range(1, 7)] + [(2, s) for s in range(7, 13)])
+    lines = read_metrics(thub_metrics)
+    assert [line["step"] for line in lines] == list(range(1, 19))
+    assert all(line["max_steps"] == 18 for line in lines)
+    assert lines[6]["timestamp"] == datetime.fromisoformat("2026-11-30T10:01:00").timestamp()  # step 7 of the resume

@@ -55,6 +55,13 @@ class MetricsConverter:
 
     ``max_steps`` starts from thub's estimate and becomes exact once instructlab reports
     ``num_epoch_steps`` (steps per epoch) or its ``num_batches`` hparams line.
+
+    Each attempt (a run, then each ``--resume``) appends to instructlab's file, starting with its
+    hparams lines. An attempt resumed from an epoch-boundary ``full_state/epoch_E`` counts steps
+    from 1 again while its ``epoch`` is E+1 (``main_ds.py``: ``global_step = 1``, ``last_step`` 0),
+    so the steps of an attempt are shifted to start at ``epoch × num_epoch_steps + 1``.
+    :meth:`replay` reads the earlier attempts' lines back; :meth:`release` hands back those before
+    the first step of this attempt, so every step is logged once, the redone ones from this attempt.
     """
 
     def __init__(self, max_steps: int | None, num_epochs: int) -> None:
@@ -64,6 +71,20 @@ class MetricsConverter:
         self.pending_validation: dict[str, Any] = {}
         self.step_for_samples: dict[int, int] = {}
         self.last: dict[str, Any] | None = None
+        self._offset: int | None = None  # of this attempt's step numbers; None until its first step
+        self._held: dict[int, dict[str, Any]] = {}  # earlier attempts' lines, by step
+
+    def replay(self, raw: dict[str, Any]) -> None:
+        """An earlier attempt's line: converted and held; a later attempt's steps replace it."""
+        line = self.convert(raw)
+        if line is not None:
+            self._held[line["step"]] = line
+
+    def release(self, before: int | None = None) -> list[dict[str, Any]]:
+        """The held lines of steps before ``before`` (all of them when None), oldest first; the
+        others are dropped (this attempt redoes them)."""
+        held, self._held = self._held, {}
+        return [held[step] for step in sorted(held) if before is None or step < before]
 
     def convert(self, raw: dict[str, Any]) -> dict[str, Any] | None:
         if "avg_loss" not in raw:
@@ -71,12 +92,20 @@ class MetricsConverter:
                 self.pending_validation.update({k: v for k, v in raw.items() if k.startswith("val_")})
             elif "step" not in raw:
                 self.hparams.append(raw)
+                self._offset = None  # a new attempt starts with its hparams
                 if isinstance(raw.get("num_batches"), int):
                     self.max_steps = raw["num_batches"] * self.num_epochs
             return None
         if isinstance(raw.get("num_epoch_steps"), int):
             self.max_steps = raw["num_epoch_steps"] * self.num_epochs
         step = int(raw["step"])
+        if self._offset is None:
+            epoch, per_epoch = raw.get("epoch"), raw.get("num_epoch_steps")
+            first = epoch * per_epoch + 1 if isinstance(epoch, int) and isinstance(per_epoch, int) else step
+            self._offset = max(0, first - step)
+            # a later attempt redoes its steps: drop the held lines from its first step on
+            self._held = {s: line for s, line in self._held.items() if s < step + self._offset}
+        step += self._offset
         line: dict[str, Any] = {"step": step, "max_steps": self.max_steps, "epoch": raw.get("epoch")}
         for key, value in raw.items():
             if key in _DROP or not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -152,8 +181,11 @@ class OutputFollower(PollingFollower):
         self.converter = converter
         self.emit = emit
         self.on_checkpoint = on_checkpoint
-        # a resumed run appends to the same file: only lines written from now on are new
-        self.offset = self.path.stat().st_size if self.path.exists() else 0
+        # a resumed run appends to the same file: the earlier attempts' lines are read back and
+        # held; they are written before this attempt's first step (or at the end), up to that step
+        earlier, self.offset = read_new_lines(self.path, 0)
+        for raw in earlier:
+            self.converter.replay(raw)
         self.seen = {str(p) for p in checkpoint_dirs(self.ckpt_output_dir)}
         super().__init__(interval, "thub-ilab-follower")
 
@@ -162,9 +194,16 @@ class OutputFollower(PollingFollower):
         for raw in lines:
             line = self.converter.convert(raw)
             if line is not None:
+                for held in self.converter.release(before=line["step"]):
+                    self.emit(held)
                 self.emit(line)
         for path in checkpoint_dirs(self.ckpt_output_dir):
             if str(path) not in self.seen:
                 self.seen.add(str(path))
                 step = self.converter.step_of_checkpoint(path)
                 self.on_checkpoint(path, step if step is not None else 0)
+
+    def stop(self) -> None:
+        super().stop()
+        for held in self.converter.release():  # interrupted before this attempt's first step
+            self.emit(held)
