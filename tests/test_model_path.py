@@ -86,6 +86,10 @@ def test_a_file_or_a_directory_without_config(chat: Path, tmp_path: Path) -> Non
     empty.mkdir()
     result, stderr = train(str(empty), chat, tmp_path / "out", _environ())
     assert_refused(result, stderr, tmp_path / "out", "no config.json in this directory")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"base_model_name_or_path": "org/base"}')
+    check_model_path({"model_path": str(adapter), "data_path": str(chat)}, {})  # a PEFT adapter is loadable
 
 
 def test_hub_id_offline_and_not_cached(chat: Path, tmp_path: Path) -> None:

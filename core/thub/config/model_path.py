@@ -5,7 +5,8 @@ a file, a directory without ``config.json`` or a tokenizer without a chat templa
 after launch, leaving a run directory behind. :func:`check_model_path` finds these in the
 parent, from metadata files only (no torch, no transformers):
 
-* a value that exists must be a directory with ``config.json``;
+* a value that exists must be a directory with ``config.json`` (or a PEFT adapter's
+  ``adapter_config.json``);
 * a value that does not exist and cannot be a Hub id (``./x``, ``/x``, ``~/x``, ``a/b/c``) is
   "no such model directory";
 * a Hub id must be in the local Hugging Face cache when ``HF_HUB_OFFLINE=1``, or else the Hub
@@ -161,7 +162,8 @@ def check_model_path(params: Mapping[str, Any], environ: Mapping[str, str] | Non
     if path.exists():
         if not path.is_dir():
             raise UsageError(f"{where}: is a file; expected a model directory (with config.json) or a Hub id")
-        if not (path / "config.json").is_file():
+        # a PEFT adapter directory names its base model in adapter_config.json: transformers loads both
+        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
             raise UsageError(f"{where}: no config.json in this directory; expected a Hugging Face model "
                              "directory (save_pretrained output) or a Hub id")
         model_dir: Path | None = path
