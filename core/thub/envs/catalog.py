@@ -66,9 +66,12 @@ CATALOG: dict[str, PluginEntry] = {
                     notes="llamafactory 0.9.5 (transformers<=5.6, datasets<=4.0, trl<=0.24): conflicts with "
                           "trl 1.16 and mini-trainer, use --into managed; trains on CPU or GPU",
                     algorithms=("sft", "lora_sft")),
-        PluginEntry("axolotl", "thub-plugin-axolotl", "thub-plugin-axolotl", default_extras=("axolotl",),
+        # axolotl itself requires triton and nvidia-ml-py (CUDA packages) on every machine: a GPU-less
+        # install gets the plugin only unless asked (--gpu, or --extra axolotl on a CPU machine)
+        PluginEntry("axolotl", "thub-plugin-axolotl", "thub-plugin-axolotl", gpu_extras=("axolotl",),
                     notes="axolotl 0.19 (transformers==5.16.1, datasets==4.8.4, trl==1.9.0, peft==0.20.0; "
-                          "4.3 GB): use --into managed; its PyPI dependency `art` collides with openpipe-art",
+                          "4.3 GB; requires triton): use --into managed --gpu (or --extra axolotl without a "
+                          "GPU); its PyPI dependency `art` collides with openpipe-art",
                     algorithms=("sft", "lora_sft")),
     )
 }

@@ -15,7 +15,7 @@ from thub_plugin_axolotl.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("axolotl>=0.19,<0.22", "transformers", "torch>=2.11,<=2.13")
-INSTALL = "thub install axolotl --into managed   # it pins transformers/datasets/trl/peft exactly"
+INSTALL = "thub install axolotl --into managed --gpu   # without a GPU: --extra axolotl instead of --gpu"
 README = "thub-plugin-axolotl/README.md"
 
 
