@@ -120,11 +120,17 @@ def test_hostile_values_are_quoted_and_reach_argv_intact(hostile: str, tmp_path:
     assert not Path("/tmp/thub-pwned").exists()
 
 
-@pytest.mark.parametrize("field,value", [("partition", "gpu; rm -rf /"), ("account", "a\n#SBATCH --x"),
-                                         ("qos", "$(id)"), ("sbatch_extra", ["--comment=a b"]),
-                                         ("env", {"BAD NAME": "x"}), ("max_time", "soon")])
-def test_profiles_reject_values_that_cannot_be_directives(field: str, value: object) -> None:
-    with pytest.raises(Exception):
+@pytest.mark.parametrize("field,value,message", [
+    ("partition", "gpu; rm -rf /", r"partition\n.*'gpu; rm -rf /' is not a plain token"),
+    ("account", "a\n#SBATCH --x", r"account\n.*is not a plain token"),
+    ("qos", "$(id)", r"qos\n.*'\$\(id\)' is not a plain token"),
+    ("sbatch_extra", ["--comment=a b"], r"sbatch_extra\n.*'--comment=a b': expected --option or --option=token"),
+    ("env", {"BAD NAME": "x"}, r"env\n.*'BAD NAME' is not a valid environment variable name"),
+    ("max_time", "soon", r"time 'soon': expected MM, HH:MM:SS or D-HH:MM:SS")])
+def test_profiles_reject_values_that_cannot_be_directives(field: str, value: object, message: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(UsageError if field == "max_time" else ValidationError, match=message):
         ClusterProfile(name="x", **{field: value})  # type: ignore[arg-type]
 
 
