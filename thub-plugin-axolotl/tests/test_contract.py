@@ -56,6 +56,8 @@ def test_sft_config() -> None:
     assert _plan("sft")["config"]["datasets"][0]["roles_to_train"] == ["assistant"]
     assert "adapter" not in config and config["plugins"] == ["thub_plugin_axolotl.hooks.ThubPlugin"]
     assert plan["command"] == "python -m axolotl.cli.train out/axolotl/config.yaml"
+    assert _plan("sft", nproc_per_node=2)["command"] == (
+        "axolotl train out/axolotl/config.yaml --launcher torchrun -- --nnodes 1 --nproc_per_node 2")
 
 
 def test_lora_pretraining_and_liger() -> None:

@@ -50,6 +50,9 @@ def test_sft_arguments() -> None:
     assert "template" not in args  # LLaMA-Factory parses the model's own chat template
     assert args["disable_gradient_checkpointing"] is True
     assert plan["command"] == "llamafactory-cli train out/llamafactory/train.yaml"
+    assert _plan("sft", nproc_per_node=4, nnodes=2)["command"] == (
+        "FORCE_TORCHRUN=1 NNODES=2 NPROC_PER_NODE=4 NODE_RANK=$NODE_RANK MASTER_ADDR=$MASTER_ADDR "
+        "MASTER_PORT=$MASTER_PORT llamafactory-cli train out/llamafactory/train.yaml")
     entry = plan["dataset_info"]["thub_train"]
     assert entry["formatting"] == "sharegpt" and entry["file_name"] == "train.jsonl"
     assert entry["tags"]["role_tag"] == "role" and entry["tags"]["assistant_tag"] == "assistant"

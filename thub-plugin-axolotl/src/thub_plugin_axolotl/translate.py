@@ -78,6 +78,17 @@ def _loggers(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def _command(params: dict[str, Any], world: int, config_file: str) -> str:
+    """The same run by hand; several processes: axolotl's torchrun launcher (on every node)."""
+    if world == 1:
+        return f"python -m axolotl.cli.train {config_file}"
+    nodes = int(params.get("nnodes") or 1)
+    extra = f" --nnodes {nodes} --nproc_per_node {world // nodes}"
+    if nodes > 1:
+        extra += " --node_rank $NODE_RANK --rdzv_backend c10d --rdzv_endpoint $MASTER_ADDR:$MASTER_PORT"
+    return f"axolotl train {config_file} --launcher torchrun --{extra}"
+
+
 def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     """The axolotl config, command and environment for ``params``."""
     if algorithm not in HONOURED:
@@ -159,7 +170,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         },
         "world_size": world,
         # thub's child runs axolotl.cli.config.load_cfg + axolotl.cli.train.do_train on this file;
-        # the same run by hand (one process) is:
-        "command": f"python -m axolotl.cli.train {config_file}",
+        # the same run by hand:
+        "command": _command(params, world, config_file),
         "environment": environment,
     }

@@ -59,6 +59,17 @@ def _save_strategy(params: dict[str, Any]) -> str:
     return "epoch" if params.get("checkpoint_at_epoch") else "no"
 
 
+def _command(params: dict[str, Any], world: int, config_file: str) -> str:
+    """The same run by hand; several processes: llamafactory-cli's own torchrun variables (per node)."""
+    if world == 1:
+        return f"llamafactory-cli train {config_file}"
+    nodes = int(params.get("nnodes") or 1)
+    env = f"FORCE_TORCHRUN=1 NNODES={nodes} NPROC_PER_NODE={world // nodes}"
+    if nodes > 1:
+        env += " NODE_RANK=$NODE_RANK MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"
+    return f"{env} llamafactory-cli train {config_file}"
+
+
 def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     """The LLaMA-Factory arguments, dataset definition, command and environment for ``params``."""
     if algorithm not in HONOURED:
@@ -139,6 +150,6 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "world_size": world,
         # thub's child calls llamafactory.train.tuner.run_exp(args, callbacks=[thub's]) with exactly
         # these arguments; the same run by hand is `llamafactory-cli train {config_file}`
-        "command": f"llamafactory-cli train {config_file}",
+        "command": _command(params, world, config_file),
         "environment": environment,
     }
