@@ -204,3 +204,33 @@ def test_template_trimming_only_the_system_turn() -> None:
     for row in rows:
         assert template.spans(row["messages"]) == template.exact_spans(row["messages"])
     assert template.exact_rows > 0
+
+
+def test_light_loader_gives_what_transformers_gives(tok_markers: Any, tmp_path: Any) -> None:
+    # thub data prepare loads generic fast tokenizers without importing transformers (issue 18):
+    # same vocabulary, template, special tokens, cache key and prepared bytes as AutoTokenizer.
+    import json
+
+    from transformers import AutoTokenizer
+
+    from thub.data import DatasetSource, prepare
+    from thub.data.light_tokenizer import load_light
+    from thub.data.prepare import cache_key, load_tokenizer
+
+    tok_markers.save_pretrained(tmp_path / "tok")
+    auto = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    light = load_tokenizer(str(tmp_path / "tok"))
+    assert type(light).__name__ == "LightTokenizer"
+    assert light.backend_tokenizer.to_str() == auto.backend_tokenizer.to_str()
+    assert light.chat_template == auto.chat_template and light.special_tokens_map == auto.special_tokens_map
+    assert light.eos_token_id == auto.eos_token_id
+    assert cache_key([], light, {}) == cache_key([], auto, {})
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    prepare([DatasetSource(str(data))], auto, tmp_path / "auto.jsonl", use_cache=False)
+    prepare([DatasetSource(str(data))], light, tmp_path / "light.jsonl", use_cache=False)
+    assert (tmp_path / "auto.jsonl").read_bytes() == (tmp_path / "light.jsonl").read_bytes()
+    # a model-specific tokenizer class may rewrite things on load: transformers loads it
+    config = json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
+    (tmp_path / "tok" / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "LlamaTokenizer"}))
+    assert load_light(tmp_path / "tok") is None

@@ -268,7 +268,8 @@ def test_broken_command_registration_never_breaks_the_cli(commands_site: Path, t
     assert failure["stage"] == "register commands" and "command registration exploded" in failure["error"]
     assert failure["distribution"] == "thub-badcmd"
     human = _thub(commands_site, "plugins", **cache)
-    assert "thub_badcmd" in human.stderr + human.stdout and "failed at register commands" in human.stderr
+    shown = human.stderr + human.stdout
+    assert "thub_badcmd" in shown and "failed at register commands" in shown
     doctor = _thub(commands_site, "doctor", "core.python", "--json", **cache)
     assert any(f["name"] == "thub_badcmd" and f["stage"] == "register commands"
                for f in json.loads(doctor.stdout)["plugin_failures"])

@@ -52,6 +52,11 @@ def load_tokenizer(model_path: str, *, trust_remote_code: bool = False) -> Any:
     """
     local = Path(model_path).expanduser()
     if not trust_remote_code and (local / "tokenizer.json").is_file():
+        from thub.data.light_tokenizer import load_light
+
+        light = load_light(local)  # generic fast tokenizers: not even transformers is imported
+        if light is not None:
+            return light
         try:
             from transformers import PreTrainedTokenizerFast
 

@@ -32,6 +32,33 @@ def _lazy(target: str) -> Callable[..., Any]:
     return run
 
 
+def _per_environment(check_id: str, run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` with its result cached per set of installed distributions (the fingerprint of
+    :mod:`thub.discovery`) and backend: these checks read every distribution's metadata
+    (0.5-0.8 s of each `thub train` preflight) and can only change when something is installed."""
+
+    def cached(context: Any) -> Any:
+        import dataclasses
+
+        from thub.discovery import fingerprint, read_cache, write_cache
+        from thub.specs import CheckResult
+
+        name, key = f"check-{check_id}.json", f"{fingerprint()}:{context.backend}"
+        hit = read_cache(name, key)
+        if isinstance(hit, dict):
+            try:
+                return CheckResult(**{**hit, "details": tuple(hit.get("details") or ())})
+            except TypeError:
+                pass
+        result = run(context)
+        if result.status in ("ok", "warn", "fail"):
+            write_cache(name, key, dataclasses.asdict(result))
+        return result
+
+    cached.__name__ = cached.__qualname__ = getattr(run, "__name__", check_id)
+    return cached
+
+
 _P, _GPU, _SLOW, _SEC = "preflight", "gpu", "slow", "security"
 _DOCS = "docs/doctor.md"
 
@@ -40,9 +67,9 @@ _CHECKS: tuple[tuple[str, str, Callable, frozenset[str], float, Callable | None]
     ("core.python", "Python version", _lazy("system:check_python"), frozenset({_P}), 5, None),
     ("core.plugins", "Plugins load", _lazy("system:check_plugins"), frozenset(), 5, None),
     ("core.backend-requirements", "Backend requirements", _lazy("system:check_backend_requirements"), frozenset({_P}), 10, None),
-    ("core.conflicts", "Installed requirements agree", _lazy("system:check_conflicts"), frozenset({_P}), 20, None),
+    ("core.conflicts", "Installed requirements agree", _per_environment("core.conflicts", _lazy("system:check_conflicts")), frozenset({_P}), 20, None),
     ("core.managed-envs", "Managed environments match their manifests", _lazy("thub.envs.check:check_managed_envs"), frozenset(), 10, None),
-    ("core.compromised", "Known-compromised releases", _lazy("system:check_compromised"), frozenset({_P, _SEC}), 10, None),
+    ("core.compromised", "Known-compromised releases", _per_environment("core.compromised", _lazy("system:check_compromised")), frozenset({_P, _SEC}), 10, None),
     ("core.tmpdir", "TMPDIR usable", _lazy("storage:check_tmpdir"), frozenset({_P}), 5, None),
     ("core.socket-paths", "Socket paths fit AF_UNIX", _lazy("storage:check_socket_paths"), frozenset({_P}), 5, None),
     ("core.disk", "Free disk space", _lazy("storage:check_disk"), frozenset({_P}), 10, None),
@@ -50,7 +77,7 @@ _CHECKS: tuple[tuple[str, str, Callable, frozenset[str], float, Callable | None]
     ("core.checkpoint-templates", "Saved chat templates match the input model",
      _lazy("thub.data.template_check:doctor_check"), frozenset(), 30, lambda context: bool(context.output_dir)),
     ("core.hf-env", "Hugging Face settings", _lazy("storage:check_hf_env"), frozenset({_P}), 5, None),
-    ("core.env-vars", "Obsolete or debugging variables", _lazy("storage:check_leftover_env"), frozenset({_P}), 5, None),
+    ("core.env-vars", "Obsolete, debugging or unknown THUB_* variables", _lazy("storage:check_leftover_env"), frozenset({_P}), 5, None),
     ("core.gpus", "GPUs visible", _lazy("gpu:check_gpus"), frozenset({_P, _GPU}), 25, None),
     ("core.gpu-memory", "GPU memory held by other processes", _lazy("gpu:check_gpu_memory"), frozenset({_P, _GPU}), 45, None),
     ("core.cuda-driver", "torch CUDA build vs driver", _lazy("gpu:check_cuda_driver"), frozenset({_P, _GPU}), 25, None),
