@@ -193,7 +193,8 @@ class _Supervisor:
                 child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True, pass_fds=pass_fds,
                                          preexec_fn=lifeline.death_signal_preexec())
-                os.close(read_end)
+                os.close(read_end)  # the child has its copy; ours would keep the pipe open for nothing
+                read_end = -1
                 if self.lock is not None:
                     self.lock.set_child(child.pid)
                 forwarded = 0
@@ -229,7 +230,9 @@ class _Supervisor:
                 code = child.wait()
                 self._pump()
         finally:
-            os.close(write_end)
+            os.close(write_end)  # (the child also sees EOF if we die before this)
+            if read_end >= 0:
+                os.close(read_end)  # Popen failed
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return code, stopped
