@@ -24,29 +24,49 @@ pytestmark = [pytest.mark.slow, pytest.mark.install]
 
 # Runs in the managed environment: LLaMA-Factory's get_train_args (its HfArgumentParser over its
 # ModelArguments/DataArguments/Seq2SeqTrainingArguments/FinetuningArguments, unknown keys rejected,
-# then its own cross-checks) and its dataset registry reader on the generated dataset_info.json.
+# then its own cross-checks) and its dataset registry reader on the generated dataset_info.json,
+# for each YAML file given (one interpreter start for all: importing LLaMA-Factory takes seconds).
 PARSE = textwrap.dedent("""
     import json, sys, yaml
     from llamafactory.hparams import get_train_args
     from llamafactory.data.parser import get_dataset_list
-    args = yaml.safe_load(open(sys.argv[1]))
-    model, data, training, finetuning, _ = get_train_args(args)
-    attr = get_dataset_list(data.dataset, data.dataset_dir)[0]
-    print(json.dumps({
-        "stage": finetuning.stage, "finetuning_type": finetuning.finetuning_type,
-        "lora_rank": finetuning.lora_rank, "lora_alpha": finetuning.lora_alpha, "lora_target": finetuning.lora_target,
-        "cutoff_len": data.cutoff_len, "dataset": data.dataset, "packing": data.packing,
-        "train_on_prompt": data.train_on_prompt,
-        "per_device_train_batch_size": training.per_device_train_batch_size,
-        "gradient_accumulation_steps": training.gradient_accumulation_steps,
-        "max_steps": training.max_steps, "learning_rate": training.learning_rate, "output_dir": training.output_dir,
-        "use_cpu": training.use_cpu, "save_steps": training.save_steps,
-        "disable_gradient_checkpointing": model.disable_gradient_checkpointing,
-        "formatting": attr.formatting, "file_name": attr.dataset_name, "role_tag": attr.role_tag,
-        "user_tag": attr.user_tag, "assistant_tag": attr.assistant_tag, "messages": attr.messages,
-        "prompt": attr.prompt,
-    }))
+    for path in sys.argv[1:]:
+        args = yaml.safe_load(open(path))
+        try:
+            model, data, training, finetuning, _ = get_train_args(args)
+            attr = get_dataset_list(data.dataset, data.dataset_dir)[0]
+        except Exception as exc:
+            print("PARSED", json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+            continue
+        print("PARSED", json.dumps({
+            "stage": finetuning.stage, "finetuning_type": finetuning.finetuning_type,
+            "lora_rank": finetuning.lora_rank, "lora_alpha": finetuning.lora_alpha,
+            "lora_target": finetuning.lora_target, "cutoff_len": data.cutoff_len, "dataset": data.dataset,
+            "packing": data.packing, "train_on_prompt": data.train_on_prompt,
+            "per_device_train_batch_size": training.per_device_train_batch_size,
+            "gradient_accumulation_steps": training.gradient_accumulation_steps,
+            "max_steps": training.max_steps, "learning_rate": training.learning_rate,
+            "output_dir": training.output_dir, "use_cpu": training.use_cpu, "save_steps": training.save_steps,
+            "disable_gradient_checkpointing": model.disable_gradient_checkpointing,
+            "formatting": attr.formatting, "file_name": attr.dataset_name, "role_tag": attr.role_tag,
+            "user_tag": attr.user_tag, "assistant_tag": attr.assistant_tag, "messages": attr.messages,
+            "prompt": attr.prompt,
+        }))
 """)
+
+CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("sft", {"effective_batch_size": 16, "max_steps": 7, "save_steps": 3, "unmask_messages": True},
+     {"stage": "sft", "finetuning_type": "full", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
+      "max_steps": 7, "save_steps": 3, "train_on_prompt": True, "formatting": "sharegpt", "role_tag": "role",
+      "user_tag": "user", "assistant_tag": "assistant", "messages": "messages", "cutoff_len": 1024}),
+    ("lora_sft", {"lora_r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], "effective_batch_size": 6,
+                  "nproc_per_node": 3},
+     {"stage": "sft", "finetuning_type": "lora", "lora_rank": 4, "lora_alpha": 8, "lora_target": ["q_proj", "v_proj"],
+      "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1}),
+    # LLaMA-Factory takes one off cutoff_len when packing: thub's 65 gives its 64-token blocks
+    ("sft", {"is_pretraining": True, "block_size": 64},
+     {"stage": "pt", "packing": True, "cutoff_len": 64, "formatting": "alpaca", "prompt": "text"}),
+]
 
 
 def _plan(algorithm: str, tiny_model: Path, out: Path, **params: Any) -> dict[str, Any]:
@@ -56,46 +76,30 @@ def _plan(algorithm: str, tiny_model: Path, out: Path, **params: Any) -> dict[st
     return registry.translate(algorithm, "llamafactory", resolved.values())
 
 
-def _parse(lf_env: dict, plan: dict[str, Any], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    work = Path(plan["args"]["dataset_dir"])
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "dataset_info.json").write_text(json.dumps(plan["dataset_info"]))
-    config = tmp_path / "train.yaml"
-    config.write_text(yaml.safe_dump(plan["args"]))
-    return subprocess.run([lf_env["python"], "-c", PARSE, str(config)], capture_output=True, text=True,
-                          timeout=300, env=lf_env["environ"], cwd=tmp_path)
-
-
-@pytest.mark.parametrize("algorithm, params, expected", [
-    ("sft", {"effective_batch_size": 16, "max_steps": 7, "save_steps": 3, "unmask_messages": True},
-     {"stage": "sft", "finetuning_type": "full", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
-      "max_steps": 7, "save_steps": 3, "train_on_prompt": True, "formatting": "sharegpt", "role_tag": "role",
-      "user_tag": "user", "assistant_tag": "assistant", "messages": "messages", "cutoff_len": 1024}),
-    ("lora_sft", {"lora_r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], "effective_batch_size": 6,
-                  "nproc_per_node": 3},
-     {"stage": "sft", "finetuning_type": "lora", "lora_rank": 4, "lora_alpha": 8, "lora_target": ["q_proj", "v_proj"],
-      "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1}),
-    ("sft", {"is_pretraining": True, "block_size": 64},
-     {"stage": "pt", "packing": True, "cutoff_len": 64, "formatting": "alpaca", "prompt": "text"}),
-])
-def test_llamafactory_parses_the_translation(lf_env: dict, tiny_model: Path, tmp_path: Path, algorithm: str,
-                                             params: dict[str, Any], expected: dict[str, Any]) -> None:
-    plan = _plan(algorithm, tiny_model, tmp_path / "run", **params)
-    done = _parse(lf_env, plan, tmp_path)
+def test_llamafactory_parses_the_translation(lf_env: dict, tiny_model: Path, tmp_path: Path) -> None:
+    configs = []
+    plans = [_plan(algorithm, tiny_model, tmp_path / f"run{i}", **params) for i, (algorithm, params, _) in enumerate(CASES)]
+    bad = json.loads(json.dumps(plans[0]))
+    bad["args"]["max_seq_len"] = 128  # the parse is real: a key LLaMA-Factory does not have fails there
+    for i, plan in enumerate([*plans, bad]):
+        work = Path(plan["args"]["dataset_dir"])
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "dataset_info.json").write_text(json.dumps(plan["dataset_info"]))
+        configs.append(tmp_path / f"train{i}.yaml")
+        configs[-1].write_text(yaml.safe_dump(plan["args"]))
+    done = subprocess.run([lf_env["python"], "-c", PARSE, *map(str, configs)], capture_output=True, text=True,
+                          timeout=600, env=lf_env["environ"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    parsed = json.loads(done.stdout.strip().splitlines()[-1])
-    assert parsed["dataset"] == ["thub_train"] and parsed["file_name"] == "train.jsonl"
-    assert parsed["output_dir"] == f"{tmp_path}/run/checkpoints" and parsed["use_cpu"] is True
-    assert parsed["disable_gradient_checkpointing"] is True
-    assert {k: parsed[k] for k in expected} == expected
-
-
-def test_llamafactory_rejects_what_it_does_not_know(lf_env: dict, tiny_model: Path, tmp_path: Path) -> None:
-    # the parse is real: a key LLaMA-Factory does not have fails there (so thub's keys all exist)
-    plan = _plan("sft", tiny_model, tmp_path / "run")
-    plan["args"]["max_seq_len"] = 128
-    done = _parse(lf_env, plan, tmp_path)
-    assert done.returncode != 0 and "Some keys are not used by the HfArgumentParser" in done.stderr
+    lines = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("PARSED ")]
+    assert len(lines) == len(configs), done.stdout[-3000:]
+    *parsed, rejected = lines
+    for i, ((_algorithm, _params, expected), result) in enumerate(zip(CASES, parsed, strict=True)):
+        assert "error" not in result, result
+        assert result["dataset"] == ["thub_train"] and result["file_name"] == "train.jsonl"
+        assert result["output_dir"] == f"{tmp_path}/run{i}/checkpoints" and result["use_cpu"] is True
+        assert result["disable_gradient_checkpointing"] is True
+        assert {k: result[k] for k in expected} == expected
+    assert "Some keys are not used by the HfArgumentParser" in rejected["error"] and "max_seq_len" in rejected["error"]
 
 
 def thub(lf_env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
