@@ -148,6 +148,17 @@ def test_unknown_thub_variable_warns_with_a_suggestion(thub_cli) -> None:
     assert "THUB_LEARNING_RATE" in check["fix"]
 
 
+def test_every_thub_variable_the_code_reads_is_known(thub_registry) -> None:
+    from thub.envnames import unknown_variables
+
+    read = set()
+    for folder in ("core", "plugins", *(p.name + "/src" for p in ROOT.glob("thub-plugin-*"))):
+        for path in (ROOT / folder).rglob("*.py"):
+            read.update(re.findall(r"[\"'](THUB_[A-Z0-9_]+)[\"'=]", path.read_text()))
+    assert "THUB_PLUGINS" in read
+    assert unknown_variables(dict.fromkeys(read, "1")) == []  # a new setting belongs in thub.envnames.SETTINGS
+
+
 def test_install_only_catalog_backends_or_an_explicit_package(thub_cli) -> None:
     typo = thub_cli("install", "mini-traner", "--dry-run")
     assert typo.exit_code == 2 and "did you mean 'mini-trainer'" in typo.stderr

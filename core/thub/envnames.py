@@ -3,7 +3,7 @@
 A mistyped ``THUB_LEARNNG_RATE`` would otherwise be silently ignored. ``thub train`` warns
 about unknown names (with the nearest known one) and ``thub doctor`` (``core.env-vars``)
 lists them. Known are thub's own settings below, ``THUB_<PARAMETER>`` of every registered
-algorithm's parameters, and ``THUB_<BACKEND>_*`` settings of an installed backend's plugin.
+algorithm's parameters, and ``THUB_<BACKEND>_*`` settings of a backend plugin.
 """
 
 from __future__ import annotations
@@ -20,9 +20,15 @@ SETTINGS: dict[str, str] = {
     "THUB_PLUGIN_SOURCES": "folders holding plugin sources for `thub install`",
     "THUB_TORCH": "torch for managed environments",
     "THUB_EXIT_GRACE": "seconds a training child may linger after its result",
+    "THUB_ORPHAN_GRACE": "seconds an orphaned training child may take to checkpoint and stop",
+    "THUB_RUN_SECRETS": "secrets for the run, through the environment",
     "THUB_RUN_DIR": "set by thub for the training child",
+    "THUB_PARENT_PID": "set by thub for the training child",
+    "THUB_PARENT_PIPE": "set by thub for the training child",
     "THUB_CLUSTER_FILE": "extra cluster profiles",
     "THUB_KUBEFLOW_INTERVAL": "seconds between Kubeflow status updates",
+    "THUB_KUBEFLOW_TIMEOUT": "seconds a Kubeflow status update may take",
+    "THUB_KUBEFLOW_ALLOW_HTTP": "allow a plain-http Kubeflow status endpoint",
     "THUB_RDZV_ENDPOINT": "set by thub's SLURM script",
     "THUB_RDZV_JOIN_TIMEOUT": "set by thub's SLURM script",
     "THUB_NPROC_PER_NODE": "set by thub's SLURM script",
@@ -49,7 +55,8 @@ def unknown_variables(environ: Mapping[str, str], known: Iterable[str] | None = 
     """``(name, nearest known name or None)`` for every set ``THUB_*`` variable thub does not read.
 
     ``known`` defaults to :data:`SETTINGS` plus :func:`parameter_variables`; ``backends``
-    (default: the installed ones) make ``THUB_<BACKEND>_*`` a plugin's own setting.
+    (default: the installed ones and those thub can install) make ``THUB_<BACKEND>_*`` a
+    plugin's own setting.
     """
     set_names = sorted(name for name in environ if name.startswith("THUB_"))
     if not set_names:
@@ -58,9 +65,10 @@ def unknown_variables(environ: Mapping[str, str], known: Iterable[str] | None = 
         known = set(SETTINGS) | parameter_variables()
     known = set(known)
     if backends is None:
+        from thub.envs.catalog import CATALOG
         from thub.manager import get_registry
 
-        backends = get_registry().backends
+        backends = {*get_registry().backends, *CATALOG}
     prefixes = tuple(f"THUB_{b.upper().replace('-', '_')}_" for b in backends)
     found = []
     for name in set_names:

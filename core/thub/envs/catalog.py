@@ -8,7 +8,7 @@ whether it needs torch (thub then installs a CPU-safe torch first; see :mod:`thu
 Sources, first found wins: a plugin folder next to thub's own source when thub runs from a
 checkout (``<checkout>/thub-plugin-trl``), a folder under ``$THUB_PLUGIN_SOURCES``, else the
 package index (``thub-plugin-trl``). ``thub install ./path/to/plugin`` installs any plugin
-folder; ``thub install 'thub-plugin-x>=1'`` any requirement.
+folder; ``thub install --package 'thub-plugin-x>=1'`` any requirement.
 """
 
 from __future__ import annotations
