@@ -196,7 +196,8 @@ def test_trl_and_minitrainer_side_by_side(trl_env: dict, minitrainer_env: dict, 
     assert plan["parameters"]["learning_rate"]["source"] == "backend mini-trainer"  # defaults from the manifest
     assert not out.exists(), "a dry run creates nothing"
     hidden = thub(*args, data_dir=data_dir, env={**HIDE_LOCAL_BOTH, "THUB_ENVS": "trl"})
-    assert hidden.returncode == 2 and "unknown backend 'mini-trainer'" in hidden.stderr  # its env not read
+    assert hidden.returncode == 2 and "backend 'mini-trainer' is not installed" in hidden.stderr  # its env not read
+    assert "thub install mini-trainer" in hidden.stderr
 
 
 def test_fresh_env_passes_pip_check_and_lists_only_its_backend(pinned_env: dict, data_dir: Path) -> None:

@@ -191,7 +191,8 @@ class AlgorithmGroup(click.Group):
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         # An unknown algorithm gets a did-you-mean (`sfft`, `lora-sft`) rather than click's
         # bare "No such command" (exit 2 either way).
-        if args and not args[0].startswith("-") and args[0] not in get_registry().algorithms:
+        if args and not args[0].startswith("-") and not ctx.resilient_parsing \
+                and args[0] not in get_registry().algorithms:  # (not while completing a shell word)
             get_registry().algorithm(args[0])  # raises UsageError with the suggestion
         return super().resolve_command(ctx, args)
 
