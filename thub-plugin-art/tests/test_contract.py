@@ -47,6 +47,7 @@ class TestArtContract(BackendContract):
     plugin_module = "thub_plugin_art"
     readme = Path(__file__).parents[1] / "README.md"
     samples = {"lora_grpo": {**BASE, "group_size": 4, "lora_r": 32, "reward": ["math"]}}
+    checks = frozenset({"art.module-collision", "art.single-gpu", "art.vllm-runtime"})
 
 
 def _plan(**params: Any) -> dict[str, Any]:

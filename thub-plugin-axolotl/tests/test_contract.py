@@ -35,6 +35,10 @@ class TestAxolotlContract(BackendContract):
         "sft": {**BASE, "learning_rate": 1e-4, "packing": True},
         "lora_sft": {**BASE, "lora_r": 4, "target_modules": ["q_proj", "v_proj"]},
     }
+    # contract kit (issue 14.6): honoured parameters this translation did not read on the samples when
+    # the kit began checking; narrow with read_samples (conditional reads) or keep the runner's reads
+    read_elsewhere = frozenset({"block_size", "datasets", "document_column_name", "mix_probabilities", "mix_strategy", "mlflow_experiment_name", "mlflow_run_name", "validation_frequency", "wandb_entity", "wandb_run_name"})
+    checks = frozenset()
 
 
 def _plan(algorithm: str, **params: Any) -> dict[str, Any]:

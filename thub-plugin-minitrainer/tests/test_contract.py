@@ -30,6 +30,11 @@ class TestMiniTrainerContract(BackendContract):
         "sft": {**BASE, "learning_rate": 1e-4, "max_steps": 5},
         "osft": {**OSFT, "target_patterns": ["self_attn.q_proj", "mlp.gate_proj"]},
     }
+    read_samples = [("sft", {**BASE, "is_pretraining": True, "block_size": 128}),
+                    ("osft", {**OSFT, "is_pretraining": True, "block_size": 128})]
+    # read by the runner: the column it tokenizes when pretraining
+    read_elsewhere = frozenset({"document_column_name"})
+    checks = frozenset({"minitrainer.attention", "minitrainer.torchrun"})
 
 
 def _resolved(algorithm: str, **params: Any) -> dict[str, Any]:

@@ -31,6 +31,11 @@ class TestUnslothContract(BackendContract):
     plugin_module = "thub_plugin_unsloth"
     readme = Path(__file__).parents[1] / "README.md"
     samples = {"lora_sft": {**BASE, "lora_r": 4, "target_modules": ["q_proj"], "load_in_4bit": True}}
+    read_samples = [("lora_sft", {**BASE, "is_pretraining": True, "block_size": 64, "validation_split": 0.1,
+                                  "validation_frequency": 5, "wandb_project": "p", "wandb_entity": "e", "mlflow_tracking_uri": "file:///tmp/m", "mlflow_experiment_name": "x"})]
+    # read by the runner: the pretraining document column and the final save
+    read_elsewhere = frozenset({"document_column_name", "save_final_checkpoint"})
+    checks = frozenset({"unsloth.conflicts", "unsloth.device"})
 
 
 def _plan(**params):

@@ -24,6 +24,10 @@ class TestVerlContract(BackendContract):
         "lora_grpo": {**BASE, "group_size": 8, "prompt_batch_size": 8, "lora_r": 8, "nnodes": 2,
                       "nproc_per_node": 4},
     }
+    read_samples = [("grpo", {**BASE, "group_size": 4, "reward": ["math"], "nproc_per_node": 1, "wandb_project": "p",
+                              "wandb_entity": "e"}),
+                    ("lora_grpo", {**BASE, "nproc_per_node": 1, "wandb_project": "p", "wandb_entity": "e"})]
+    checks = frozenset({"verl.gpu-processes", "verl.ray-tmpdir", "verl.vllm-torch"})
 
 
 def plan(algorithm: str = "lora_grpo", **params):

@@ -5,13 +5,21 @@
         plugin_module = "thub_plugin_trl"
         readme = Path(__file__).parents[1] / "README.md"
         samples = {"sft": {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "o"}}
+        read_samples = [("lora_sft", {..., "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"})]
+        read_elsewhere = frozenset({"datasets"})  # the runner loads the data
+        checks = frozenset()                       # the doctor checks the plugin registers
+
+``translate`` is run on a mapping that records every parameter it reads: it must read exactly the
+honoured ones (those the runner or the launcher reads instead are declared in ``read_elsewhere``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,6 +43,45 @@ def imported_heavy_modules(code: str) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+class RecordingParams(dict):
+    """Resolved parameters that record every name read (``[]``, ``get``, ``in``, iteration)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+    def _all(self) -> None:
+        self.read.update(self.keys())
+
+    def items(self):  # type: ignore[override]
+        self._all()
+        return super().items()
+
+    def values(self):  # type: ignore[override]
+        self._all()
+        return super().values()
+
+    def __iter__(self) -> Iterator[str]:
+        self._all()
+        return super().__iter__()
+
+    def copy(self) -> dict[str, Any]:  # type: ignore[override]
+        self._all()
+        return dict(self)
+
+
 class BackendContract:
     """Checks a backend plugin keeps thub's promises. Subclass and set the class attributes."""
 
@@ -42,11 +89,58 @@ class BackendContract:
     plugin_module: ClassVar[str]
     readme: ClassVar[Path]
     samples: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: more (algorithm, flags) configurations, so that the parameters a translation reads only
+    #: under a condition (``bnb_4bit_*`` with ``load_in_4bit``) are read at least once
+    read_samples: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+    #: honoured parameters the translation does not read because the runner or the launcher does
+    read_elsewhere: ClassVar[frozenset[str]] = frozenset()
+    #: ids of the doctor checks the plugin registers (declared: registering none must be said)
+    checks: ClassVar[frozenset[str] | None] = None
     #: tags of the plugin's own, beyond :data:`KNOWN_CHECK_TAGS`
     check_tags: ClassVar[frozenset[str]] = frozenset()
 
     def registry(self) -> Registry:
         return load_registry()
+
+    def _translate_recording(self, registry: Registry, algorithm: str, flags: dict[str, Any]) -> tuple[Any, set[str], set[str]]:
+        """(native, names read, names the user set) for one configuration."""
+        from thub.config.resolve import resolve
+
+        resolved = resolve(registry, algorithm, backend=self.backend, flags=flags, environ={})
+        params = RecordingParams(resolved.values())
+        native = registry.translate(algorithm, self.backend, params)
+        return native, params.read, set(resolved.user_set())
+
+    def _consumed_by_core(self, registry: Registry, algorithm: str) -> set[str]:
+        """Parameters thub's core reads itself: paths, torchrun flags, thub-routed trackers."""
+        from thub.config.resolve import CORE_HANDLED
+        from thub.launch.torchrun import _FLAGS
+        from thub.trackers import parent_logged_params
+
+        spec = registry.backends[self.backend]
+        core = set(CORE_HANDLED) | set(parent_logged_params(spec, algorithm))
+        if spec.launcher == "torchrun":
+            core |= set(_FLAGS)
+        return core
+
+    def test_translation_reads_exactly_the_honoured_parameters(self) -> None:
+        """``translate`` reads every honoured parameter (over ``samples`` and ``read_samples``) and
+        no other; honoured parameters read only by the runner/launcher are declared."""
+        registry = self.registry()
+        spec = registry.backends[self.backend]
+        configurations = [*self.samples.items(), *self.read_samples]
+        read: dict[str, set[str]] = {algorithm: set() for algorithm in spec.algorithms}
+        for algorithm, flags in configurations:
+            read[algorithm] |= self._translate_recording(registry, algorithm, flags)[1]
+        elsewhere_unknown = sorted(self.read_elsewhere - set().union(*spec.algorithms.values()))
+        assert not elsewhere_unknown, f"read_elsewhere names parameters the backend does not honour: {elsewhere_unknown}"
+        for algorithm, honoured in spec.algorithms.items():
+            core = self._consumed_by_core(registry, algorithm)
+            unread = sorted(set(honoured) - read[algorithm] - self.read_elsewhere - core)
+            assert not unread, (f"{algorithm}: honoured but never read by translate: {unread} (add a read_samples "
+                                "configuration that sets them, or declare them in read_elsewhere)")
+            foreign = sorted(read[algorithm] - set(honoured) - core)
+            assert not foreign, f"{algorithm}: translate reads parameters the backend does not honour: {foreign}"
 
     def test_registration_imports_nothing_heavy(self) -> None:
         heavy = imported_heavy_modules(
@@ -72,20 +166,21 @@ class BackendContract:
             assert not bad_defaults, f"{algorithm}: defaults for unknown parameters: {bad_defaults}"
 
     def test_translation_for_samples(self) -> None:
-        from thub.config.resolve import resolve
-
+        """Every sample translates to a JSON-serialisable plan that reads each parameter the sample
+        sets (a set parameter nobody reads would be silently dropped)."""
         registry = self.registry()
         spec = registry.backends[self.backend]
         assert set(self.samples) >= set(spec.algorithms), "give a sample config for every algorithm"
-        for algorithm, sample in self.samples.items():
-            resolved = resolve(registry, algorithm, backend=self.backend, flags=sample, environ={})
-            native = registry.translate(algorithm, self.backend, resolved.values())
-            assert native is not None, f"{algorithm}: no translation"
+        for algorithm, sample in [*self.samples.items(), *self.read_samples]:
+            native, read, user_set = self._translate_recording(registry, algorithm, sample)
+            assert isinstance(native, dict) and native, f"{algorithm}: translation is {native!r}"
             json.dumps(native)  # must be serialisable for --dry-run --json and thub_run.json
+            dropped = sorted(user_set - read - self.read_elsewhere - self._consumed_by_core(registry, algorithm))
+            assert not dropped, f"{algorithm}: the sample sets {dropped}, which the translation never reads"
 
     def test_checks_registered(self) -> None:
-        """Every check the plugin registers is well-formed (registering none is fine: the core's
-        ``core.backend-requirements`` already checks ``requirements`` and ``needs_cuda``)."""
+        """The plugin registers exactly the declared ``checks`` (none is fine when declared: the core's
+        ``core.backend-requirements`` already checks ``requirements`` and ``needs_cuda``), each well-formed."""
         from thub.specs import CheckContext, CheckResult
 
         registry = self.registry()
@@ -93,7 +188,10 @@ class BackendContract:
         plugin = spec.provenance.plugin
         known = KNOWN_CHECK_TAGS | self.check_tags
         context = CheckContext(backend=self.backend)
-        for check in (c for c in registry.checks.values() if c.provenance.plugin == plugin):
+        mine = [c for c in registry.checks.values() if c.provenance.plugin == plugin]
+        assert self.checks is not None, "declare the plugin's doctor checks: checks = frozenset({...}) (or frozenset())"
+        assert {c.id for c in mine} == set(self.checks), f"registered checks {sorted(c.id for c in mine)}"
+        for check in mine:
             assert check.id.startswith(f"{plugin}."), f"{check.id}: a check id starts with the plugin name {plugin!r}"
             assert check.title, f"{check.id}: no title"
             unknown = sorted(check.tags - known)
@@ -138,3 +236,55 @@ class BackendContract:
         honoured = set().union(*spec.algorithms.values())
         missing = sorted(name for name in honoured if f"`{name}`" not in text)
         assert not missing, f"{self.readme} does not document: {missing}"
+
+    def test_readme_default_columns_equal_declared_defaults(self) -> None:
+        """A README table with a ``default`` column states, for each parameter with a declared
+        default (the backend's, else thub's), that value."""
+        registry = self.registry()
+        spec = registry.backends[self.backend]
+        declared: dict[str, Any] = {}
+        for algorithm in spec.algorithms:
+            for name, info in param_infos(registry.algorithm(algorithm).load_parameters()).items():
+                default = spec.defaults_for(algorithm).get(name, info.default)
+                if default is not None and not callable(default):
+                    declared.setdefault(name, set()).add(json.dumps(default, default=str))
+        wrong = []
+        for row in _default_column_rows(self.readme.read_text()):
+            names, cell = row
+            if len(names) != 1 or names[0] not in declared:
+                continue
+            stated = _cell_value(cell)
+            if stated is not None and json.dumps(stated, default=str) not in declared[names[0]]:
+                wrong.append(f"{names[0]}: README says {cell.strip()!r}, declared {sorted(declared[names[0]])}")
+        assert not wrong, f"{self.readme}: default column differs from the declared defaults:\n  " + "\n  ".join(wrong)
+
+
+def _default_column_rows(text: str) -> Iterator[tuple[list[str], str]]:
+    """(parameter names of the first cell, default cell) of every table whose header has ``default``."""
+    column = None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            column = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if column is None:
+            lowered = [c.lower() for c in cells]
+            column = lowered.index("default") if "default" in lowered else -1
+            continue
+        if column < 0 or set(line) <= set("|-: ") or len(cells) <= column:
+            continue
+        yield re.findall(r"`([a-z0-9_]+)`", cells[0]), cells[column]
+
+
+def _cell_value(cell: str) -> Any:
+    """The value a default cell states (its first token), or None when it states no plain value."""
+    token = cell.strip().split(" (")[0].strip().strip("`")
+    lowered = token.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        number = float(token)
+    except ValueError:
+        return token if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", token) and lowered not in (
+            "required", "unset", "off", "none", "on") else None
+    return int(number) if number.is_integer() and "." not in token and "e" not in lowered else number

@@ -363,11 +363,13 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
                 "max_grad_norm": f"{actor}.optim.clip_grad"}
     o.update({key: params[name] for name, key in optional.items() if params.get(name) is not None})
     # unset: verl's own default (false) applies
-    switches = {"enforce_eager": f"{rollout}.enforce_eager", "layered_summon": f"{rollout}.layered_summon",
+    switches = {"enforce_eager": f"{rollout}.enforce_eager",
                 "param_offload": f"{actor}.fsdp_config.param_offload",
                 "optimizer_offload": f"{actor}.fsdp_config.optimizer_offload",
                 "use_fused_kernels": f"{model}.use_fused_kernels"}
     o.update({key: bool(params[name]) for name, key in switches.items() if params.get(name) is not None})
+    if lora and params.get("layered_summon") is not None:  # honoured for LoRA only
+        o[f"{rollout}.layered_summon"] = bool(params["layered_summon"])
     if params.get("language_model_only") is not None:
         # engine_kwargs.vllm is an open mapping in verl's schema: a new key needs Hydra's '+'
         o[f"+{rollout}.engine_kwargs.vllm.language_model_only"] = bool(params["language_model_only"])
