@@ -129,6 +129,10 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "fp16": False,
         "tf32": False,
         "plugins": [THUB_PLUGIN],
+        # thub's stop signal (SIGTERM/SIGINT) reaches the child's whole process group: a DataLoader
+        # worker killed by it makes the Trainer raise instead of saving a checkpoint (measured), and
+        # axolotl otherwise starts one worker per GPU. The data is tokenized ahead: workers only collate.
+        "dataloader_num_workers": 0,
     }
     if params.get("max_steps"):
         config["max_steps"] = params["max_steps"]
