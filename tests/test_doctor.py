@@ -500,13 +500,29 @@ def test_conflicting_requirements(real_registry: Registry, site: Path) -> None:
     _fake_dist(site, "somelib", "1.0", requires=("numpy<1",))
     outside = run_core("core.conflicts")
     assert outside.status == "warn" and any("somelib 1.0 requires numpy<1" in d for d in outside.details)
-    _fake_dist(site, "thub-plugin-fake", "0.1", requires=("datasets<5", 'unsloth>=9; extra == "train"'),
+    _fake_dist(site, "thub-plugin-fake", "0.1", requires=("yylib>=2", 'unsloth>=9; extra == "train"'),
                extras=("train",))
+    _fake_dist(site, "yylib", "1.0")
     ours = run_core("core.conflicts")
     assert ours.status == "fail"
-    assert any("thub-plugin-fake 0.1 requires datasets<5" in d for d in ours.details)
-    assert "'datasets<5'" in (ours.fix or "")
+    assert any("thub-plugin-fake 0.1 requires yylib>=2" in d for d in ours.details)
+    assert "'yylib>=2'" in (ours.fix or "")
     assert not any("unsloth" in d for d in ours.details)  # an extra that is not installed is fine
+
+
+def test_conflicts_fix_never_breaks_what_is_installed(real_registry: Registry, site: Path) -> None:
+    # Issue 15: a pin that contradicts another installed distribution's need is never a pip line
+    # (it would break that one); the plugin that wants it gets an environment of its own.
+    _fake_dist(site, "zzlib", "1.0")
+    _fake_dist(site, "zzuser", "1.0", requires=("zzlib<2",))
+    _fake_dist(site, "yylib", "1.0")
+    _fake_dist(site, "thub-plugin-fake", "0.1", requires=("zzlib>=2", "yylib>=2"))
+    result = run_core("core.conflicts")
+    assert result.status == "fail"
+    fix = result.fix or ""
+    assert "thub install --package thub-plugin-fake --into managed" in fix and "zzuser 1.0 needs: <2" in fix
+    pip_lines = [line for line in fix.splitlines() if "pip install" in line]
+    assert pip_lines and "yylib>=2" in pip_lines[0] and not any("zzlib" in line for line in pip_lines)
 
 
 def test_flash_attn_built_against_other_torch(real_registry: Registry, site: Path) -> None:

@@ -62,40 +62,57 @@ def _installed_requirements(name: str, skip: set[str]) -> Iterable[tuple[str, Sp
             yield f"{owner} {dist.version}", req.specifier
 
 
+def contradiction(text: str, skip: Iterable[str] = (), others: Iterable[BackendSpec] = ()) -> str | None:
+    """Why installing requirement ``text`` here would break what is installed, or None.
+
+    It would when the installed version of its distribution satisfies an installed
+    distribution (not in ``skip``) or a backend of ``others`` that no version in the
+    requirement's range can satisfy too.
+    """
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return None
+    name = canonicalize_name(req.name)
+    try:
+        installed: str | None = metadata.version(req.name)
+    except metadata.PackageNotFoundError:
+        installed = None
+    needs = list(_installed_requirements(name, {canonicalize_name(s) for s in skip} | {name}))
+    for other in others:
+        for pin in other.requirements:
+            try:
+                theirs = Requirement(pin)
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(theirs.name) == name and str(theirs.specifier):
+                needs.append((f"backend {other.name}", theirs.specifier))
+    for who, wanted in needs:
+        if installed is not None and not wanted.contains(installed, prereleases=True):
+            continue  # already unsatisfied: not something this install would break
+        if not compatible(req.specifier, wanted):
+            return f"installed {req.name} {installed or '-'} is what {who} needs: {wanted}"
+    return None
+
+
 def conflicting_pins(backend: BackendSpec, specs: Iterable[str], others: Iterable[BackendSpec]) -> list[str]:
     """The pins of ``specs`` that contradict what installed distributions or ``others`` need.
 
     ``others`` are the backends that work in this environment; their requirements count as
     installed needs even when their plugin was installed without dependencies.
     """
-    own = canonicalize_name(backend.provenance.distribution or "")
-    found = []
-    for text in specs:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        name = canonicalize_name(req.name)
-        try:
-            installed: str | None = metadata.version(req.name)
-        except metadata.PackageNotFoundError:
-            installed = None
-        needs = list(_installed_requirements(name, {own, name}))
-        for other in others:
-            for pin in other.requirements:
-                try:
-                    theirs = Requirement(pin)
-                except InvalidRequirement:
-                    continue
-                if canonicalize_name(theirs.name) == name and str(theirs.specifier):
-                    needs.append((f"backend {other.name}", theirs.specifier))
-        for who, wanted in needs:
-            if installed is not None and not wanted.contains(installed, prereleases=True):
-                continue  # already unsatisfied: not something this install would break
-            if not compatible(req.specifier, wanted):
-                found.append(f"{text} (installed {req.name} {installed or '-'} is what {who} needs: {wanted})")
-                break
-    return found
+    others = list(others)
+    skip = [backend.provenance.distribution or ""]
+    return [f"{text} ({why})" for text in specs if (why := contradiction(text, skip, others))]
+
+
+def owner_install(distribution: str) -> str:
+    """``thub install NAME --into managed`` for a plugin distribution (catalog name when known)."""
+    from thub.envs.catalog import CATALOG
+
+    entry = next((e for e in CATALOG.values() if canonicalize_name(e.distribution) == canonicalize_name(distribution)),
+                 None)
+    return f"thub install {entry.name if entry else '--package ' + distribution} --into managed"
 
 
 def managed_install(backend: BackendSpec) -> str:

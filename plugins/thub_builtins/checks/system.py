@@ -226,8 +226,9 @@ def _thub_related(name: str, context: CheckContext) -> bool:
     return name == "thub" or (owner is not None and canonicalize_name(owner) == name)
 
 
-def _requirement_conflicts(installed: dict[str, _Dist], context: CheckContext) -> Iterator[tuple[bool, str, str]]:
-    """(involves thub, message, requirement to install) for each unsatisfied requirement."""
+def _requirement_conflicts(installed: dict[str, _Dist],
+                           context: CheckContext) -> Iterator[tuple[bool, str, str, str]]:
+    """(involves thub, message, requirement to install, who requires it) per unsatisfied requirement."""
     for name, info in installed.items():
         related = _thub_related(name, context)
         extras = info.dist.metadata.get_all("Provides-Extra") or []
@@ -247,7 +248,8 @@ def _requirement_conflicts(installed: dict[str, _Dist], context: CheckContext) -
             target = installed.get(canonicalize_name(req.name))
             if target is None:
                 if not gated:
-                    yield related, f"{info.name} {info.version} requires {req}, which is not installed", str(req)
+                    yield (related, f"{info.name} {info.version} requires {req}, which is not installed", str(req),
+                           info.name)
                 continue
             if req.specifier and not req.specifier.contains(target.version, prereleases=True):
                 yield (
@@ -255,6 +257,7 @@ def _requirement_conflicts(installed: dict[str, _Dist], context: CheckContext) -
                     f"{info.name} {info.version} requires {req.name}{req.specifier}, "
                     f"but {target.name} {target.version} is installed",
                     f"{req.name}{req.specifier}",
+                    info.name,
                 )
 
 
@@ -262,20 +265,18 @@ def check_conflicts(context: CheckContext) -> CheckResult:
     installed, duplicates = _installed()
     conflicts = list(_requirement_conflicts(installed, context))
     ours = [c for c in conflicts if c[0]]
-    details = [message for _, message, _ in sorted(conflicts, key=lambda c: not c[0])] + duplicates
+    details = [message for _, message, *_ in sorted(conflicts, key=lambda c: not c[0])] + duplicates
     if ours:
         return fail(
             f"{len(ours)} requirement(s) of thub or its plugins are not satisfied",
-            pip_install(*dict.fromkeys(req for _, _, req in ours))
-            + "\n# if two plugins need opposite pins, install one of them into its own managed "
-            "environment (`thub install BACKEND`, see docs/cli.md)",
+            _safe_fix(ours),
             details,
             anchor="coreconflicts",
         )
     if conflicts or duplicates:
         fix_parts = []
         if conflicts:
-            fix_parts.append(pip_install(*dict.fromkeys(req for _, _, req in conflicts)))
+            fix_parts.append(_safe_fix(conflicts))
         if duplicates:
             site = next(iter(p for p in sys.path if p.endswith("site-packages")), "site-packages")
             fix_parts.append(f"ls -d {quote(site)}/*.dist-info   # remove the stale duplicate, then reinstall it")
@@ -287,6 +288,26 @@ def check_conflicts(context: CheckContext) -> CheckResult:
             anchor="coreconflicts",
         )
     return ok(f"{len(installed)} distributions, no conflicting requirements")
+
+
+def _safe_fix(conflicts: list[tuple[bool, str, str, str]]) -> str:
+    """pip for the requirements that break nothing installed; for one that contradicts another
+    installed distribution's need, an environment of its own for the distribution requiring it."""
+    from thub_builtins.checks.pins import contradiction, owner_install
+
+    safe: list[str] = []
+    lines: list[str] = []
+    for _, _, req, owner in conflicts:
+        why = contradiction(req, skip=[owner])
+        if why is None:
+            safe.append(req)
+        elif owner.startswith("thub-plugin-") or owner.startswith("thub_plugin_"):
+            lines.append(f"{owner_install(owner)}   # {owner} needs {req}, but {why}")
+        else:
+            lines.append(f"# {owner} needs {req}, but {why}: give {owner} an environment of its own")
+    if safe:
+        lines.insert(0, pip_install(*dict.fromkeys(safe)))
+    return "\n".join(dict.fromkeys(lines))
 
 
 def check_compromised(_: CheckContext) -> CheckResult:
