@@ -76,6 +76,7 @@ CATALOG: dict[str, PluginEntry] = {
     )
 }
 ALIASES = {"minitrainer": "mini-trainer", "mini_trainer": "mini-trainer", "ilab": "instructlab",
+           "instructlab-training": "instructlab",  # the name its plugin registers the backend under
            "llama-factory": "llamafactory", "lf": "llamafactory"}
 
 
