@@ -192,8 +192,12 @@ def main() -> None:
         print(f"{key:18} {bare:9.2f} {ours:9.2f} {ours - bare:+10.2f}")
     extra = rows["wall"][1] - rows["wall"][0]
     prep = rows["data prep"][1]
+    own = statistics.median(sum(r[k] for k in ("parent start", "data prep", "preflight", "child start"))
+                            for r in thub_runs)
     print(f"\nthub - bare wall: {extra:+.2f} s ({rows['wall'][1] / rows['wall'][0]:.3f}x); target <= 2 s + data prep "
           f"({2 + prep:.2f} s): {'met' if extra <= 2 + prep else 'NOT met'}")
+    print(f"thub's own phases (parent start + data prep + preflight + child start): {own:.2f} s; the library "
+          "phases differ only by noise when the runs are alike (a loaded machine shows it in `training`)")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"bare": bare_runs, "thub": thub_runs,
                                                    "median": {k: {"bare": b, "thub": t} for k, (b, t) in rows.items()}},

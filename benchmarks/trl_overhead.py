@@ -62,7 +62,8 @@ def main() -> None:
             wall, rss = run_once([*thub, "train", "sft", "--backend", "trl", "--model-path", args.model,
                                   "--data-path", args.data, "--ckpt-output-dir", str(run), "--max-steps",
                                   str(args.steps), "--effective-batch-size", "8", "--learning-rate", "5e-3",
-                                  "--max-seq-len", "128", "--no-save-final-checkpoint"])
+                                  "--max-seq-len", "128", "--no-save-final-checkpoint",
+                                  "--no-gradient-checkpointing"])  # as the bare script (TRL's default is on)
             summary = json.loads((run / "result.json").read_text())["summary"]
             ours.append((summary["train_runtime"] / summary["global_step"], wall, rss))
     print(f"{'':22} {'bare TRL':>10} {'thub':>10} {'ratio':>7}")
