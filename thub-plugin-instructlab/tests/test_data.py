@@ -27,7 +27,7 @@ def _normal(i: int) -> dict:
 def _plan(tiny_model: Path, data: Path, out: Path, **params):
     values = {"model_path": str(tiny_model), "data_path": str(data), "ckpt_output_dir": str(out), "num_epochs": 1,
               "effective_batch_size": 4, "learning_rate": 1e-5, "max_seq_len": 128, "seed": 1,
-              "document_column_name": "document", **params}
+              "document_column_name": "document", "data_format": "auto", **params}
     return translate("sft", values, environ={}, flash_attn=False), values
 
 

@@ -237,6 +237,32 @@ class BackendContract:
         missing = sorted(name for name in honoured if f"`{name}`" not in text)
         assert not missing, f"{self.readme} does not document: {missing}"
 
+    def test_no_fallback_literal_repeats_a_declared_default(self) -> None:
+        """``params.get("name") or <literal>`` in the plugin's code, for a parameter whose declared
+        default is never None, repeats that default in a second place (and hides a drift)."""
+        import ast
+        import importlib
+
+        registry = self.registry()
+        spec = registry.backends[self.backend]
+        always: set[str] | None = None
+        for algorithm in spec.algorithms:
+            infos = param_infos(registry.algorithm(algorithm).load_parameters())
+            names = {name for name, info in infos.items()
+                     if spec.defaults_for(algorithm).get(name, info.default) is not None}
+            always = names if always is None else always & names
+        package = Path(importlib.import_module(self.plugin_module).__file__ or "").parent
+        found = []
+        for source in sorted(package.rglob("*.py")):
+            for node in ast.walk(ast.parse(source.read_text())):
+                if not (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2):
+                    continue
+                first = node.values[0]
+                if (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "get"
+                        and isinstance(first.func.value, ast.Name) and first.func.value.id == "params" and first.args and isinstance(first.args[0], ast.Constant) and first.args[0].value in (always or ())):
+                    found.append(f"{source.name}:{node.lineno}: {ast.unparse(node)}")
+        assert not found, "fallbacks repeating a declared default (read params[name]):\n  " + "\n  ".join(found)
+
     def test_readme_default_columns_equal_declared_defaults(self) -> None:
         """A README table with a ``default`` column states, for each parameter with a declared
         default (the backend's, else thub's), that value."""

@@ -102,8 +102,8 @@ def prepare(plan: dict[str, Any], params: dict[str, Any]) -> DataReport:
 
     args = plan["training_args"]
     mode = plan["data"]["mode"]
-    document_column = params.get("document_column_name") or "document"
-    rows = load_dataset_rows(params["data_path"], params.get("data_format") or "auto", document_column=document_column)
+    document_column = params["document_column_name"]
+    rows = load_dataset_rows(params["data_path"], params["data_format"], document_column=document_column)
     output_dir = Path(args["data_output_dir"])
     output_dir.mkdir(parents=True, exist_ok=True)
     processed = output_dir / "data.jsonl"

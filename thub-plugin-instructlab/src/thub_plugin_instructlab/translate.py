@@ -173,7 +173,7 @@ def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, s
     if pretraining:
         args["pretraining_config"] = {
             "block_size": params["block_size"],
-            "document_column_name": params.get("document_column_name") or "document",
+            "document_column_name": params["document_column_name"],
         }
 
     # max_tokens_per_gpu -> max_batch_len; Training Hub falls back to max_seq_len (then 60000)

@@ -30,8 +30,8 @@ def prepare_data(params: dict[str, Any], plan: dict[str, Any]) -> int:
     from thub.data import DatasetSource, load_tokenizer, prepare
 
     pretraining = plan["data"]["mode"] == "pretraining"
-    source = DatasetSource(params["data_path"], format=params.get("data_format") or "auto",
-                           document_column=params.get("document_column_name") or "document")
+    source = DatasetSource(params["data_path"], format=params["data_format"],
+                           document_column=params["document_column_name"])
     tokenizer = load_tokenizer(params["model_path"], trust_remote_code=bool(params.get("trust_remote_code")))
     result = prepare([source], tokenizer,
                      plan["data"]["output"], max_seq_len=plan["data"]["max_seq_len"],

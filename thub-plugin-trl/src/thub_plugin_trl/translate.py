@@ -55,17 +55,20 @@ def _common(params: dict[str, Any], output_dir: str) -> dict[str, Any]:
     gpu = cuda_visible()
     config: dict[str, Any] = {
         "output_dir": output_dir,
-        "num_train_epochs": params.get("num_epochs") or 1,
-        "max_steps": params.get("max_steps") or -1,
+        "num_train_epochs": params["num_epochs"],
         "learning_rate": params["learning_rate"],
         "seed": params["seed"],
         "logging_steps": params["logging_steps"],
-        "lr_scheduler_type": params.get("lr_scheduler") or "linear",
         "use_cpu": not gpu,
         "bf16": gpu,  # on a GPU without bf16 the runner switches to fp16 (runner.mixed_precision)
         "disable_tqdm": True,  # thub shows progress from the metrics stream
         "save_strategy": "steps" if params.get("save_steps") else "epoch" if params.get("checkpoint_at_epoch") else "no",
     }
+    # unset: TRL's own defaults (max_steps -1: the epochs decide; lr_scheduler_type linear)
+    if params.get("max_steps"):
+        config["max_steps"] = params["max_steps"]
+    if params.get("lr_scheduler") is not None:
+        config["lr_scheduler_type"] = params["lr_scheduler"]
     if params.get("gradient_checkpointing") is not None:
         config["gradient_checkpointing"] = params["gradient_checkpointing"]  # unset: TRL's default (True)
     config.update(optional_training_args(params))

@@ -70,7 +70,7 @@ def prepare_rows(params: dict[str, Any], plan: dict[str, Any], tokenizer: Any) -
     """thub's data: chat with assistant-only labels (or all tokens), documents, or processed rows."""
     from thub.data import load_dataset_rows, tokenize_chat
 
-    column = params.get("document_column_name") or "document"
+    column = params["document_column_name"]
     rows = load_dataset_rows(params["data_path"], params.get("data_format", "auto"), document_column=column)
     if plan["data"]["mode"] == "pretraining":
         return pretraining_rows(rows, tokenizer, params["block_size"], "document")

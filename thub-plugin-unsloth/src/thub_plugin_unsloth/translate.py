@@ -61,7 +61,7 @@ def _config(params: dict[str, Any], gpu: bool) -> dict[str, Any]:
     pretraining = params.get("is_pretraining", False)
     config: dict[str, Any] = {
         "output_dir": f"{params['ckpt_output_dir']}/checkpoints",
-        "num_train_epochs": params.get("num_epochs") or 1,
+        "num_train_epochs": params["num_epochs"],
         "max_steps": params.get("max_steps") or -1,
         "per_device_train_batch_size": micro,
         "gradient_accumulation_steps": accumulation,

@@ -209,7 +209,7 @@ def planned_steps(params: dict[str, Any], num_prompts: int | None) -> int | None
         return int(explicit)
     if num_prompts is None:
         return None
-    return (num_prompts // params["prompt_batch_size"]) * (params.get("num_epochs") or 1)
+    return (num_prompts // params["prompt_batch_size"]) * params["num_epochs"]
 
 
 def save_frequency(params: dict[str, Any], steps: int | None, num_prompts: int | None) -> int:
@@ -273,9 +273,9 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
         raise UsageError("save_steps and saves_per_epoch both set the checkpoint frequency: set one")
     n_gpus, nnodes = gpus_per_node(params, environ), int(params.get("nnodes") or 1)
     layout = batch_layout(params["prompt_batch_size"], params["group_size"], n_gpus, nnodes,
-                          micro_batch_size=params.get("micro_batch_size") or MICRO_BATCH_SIZE_PER_GPU,
+                          micro_batch_size=params["micro_batch_size"],
                           ppo_mini_batch_size=params.get("ppo_mini_batch_size"))
-    tp = params.get("tensor_parallel_size") or 1
+    tp = params["tensor_parallel_size"]
     if n_gpus % tp:
         raise UsageError(f"tensor_parallel_size {tp} must divide the GPUs per node ({n_gpus})")
     scheduler = params.get("lr_scheduler") or "constant"
@@ -328,16 +328,16 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
         f"{rollout}.max_model_len": params["max_prompt_length"] + params["max_tokens"],
         f"{rollout}.seed": params["seed"],
         f"{rollout}.log_prob_micro_batch_size_per_gpu": layout["log_prob_micro_batch_size_per_gpu"],
-        f"{rollout}.load_format": params.get("load_format") or LOAD_FORMAT,
+        f"{rollout}.load_format": params["load_format"],
         f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes":
-            params.get("update_weights_bucket_megabytes") or WEIGHT_SYNC_BUCKET_MB,
+            params["update_weights_bucket_megabytes"],
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": layout["log_prob_micro_batch_size_per_gpu"],
         "actor_rollout_ref.ref.fsdp_config.param_offload": True,
         "reward.custom_reward_function.path": files["reward_module"],
         "reward.custom_reward_function.name": "compute_score",
         "trainer.n_gpus_per_node": n_gpus,
         "trainer.nnodes": nnodes,
-        "trainer.total_epochs": params.get("num_epochs") or 1,
+        "trainer.total_epochs": params["num_epochs"],
         "trainer.save_freq": save_freq,
         "trainer.test_freq": -1,
         "trainer.val_before_train": False,
