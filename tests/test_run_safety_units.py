@@ -145,3 +145,24 @@ def test_overwrite_owns_only_the_layout_and_the_runs_outputs(tmp_path: Path) -> 
     assert run.owned_entries() == ["hf_format", "logs", "result.json", "thub_run.json"]
     run.prepare(overwrite=True, resume=False)
     assert run.entries() == ["logs", "notes.txt"]
+
+
+def test_a_slurm_job_waits_for_then_refuses_a_live_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from thub.launch import worker
+
+    (tmp_path / "thub_run.json").write_text(json.dumps({"algorithm": "sft", "backend": "trl", "parameters": {}}))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import time; from pathlib import Path; from thub.runner.lock import RunLock\n"
+        f"lock = RunLock(Path({str(tmp_path)!r})).acquire(); print('locked', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout and holder.stdout.readline().strip() == "locked"
+        monkeypatch.setattr(worker, "LOCK_WAIT_SECONDS", 0.5)
+        assert worker.main(["prepare", str(tmp_path)]) == 2
+        assert f"in use by a live thub run (pid {holder.pid})" in capsys.readouterr().err
+        assert not (tmp_path / "slurm").exists()  # nothing done
+    finally:
+        holder.kill()
+        holder.wait()
+    assert worker.main(["prepare", str(tmp_path)]) == 0  # the holder is gone: the job goes on

@@ -12,6 +12,7 @@ the first node (``THUB_RDZV_ENDPOINT`` from the script) and supervises it like a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -37,8 +38,19 @@ class _NodeRunDirectory(RunDirectory):
         return self.logs / ("train.log" if self.node_rank == 0 else f"train-node{self.node_rank}.log")
 
 
+# how long a job waits for the run directory's lock (the submitting thub may still hold it)
+LOCK_WAIT_SECONDS = 120
+
+
 def prepare(run_path: str, environ: dict[str, str] | None = None) -> int:
     """Set ``resume_from`` to the latest checkpoint and drop the work lost since it."""
+    from thub.runner.lock import RunLock
+
+    with RunLock(Path(run_path)).acquire(wait=LOCK_WAIT_SECONDS):  # one live run per directory
+        return _prepare(run_path, environ)
+
+
+def _prepare(run_path: str, environ: dict[str, str] | None = None) -> int:
     environ = dict(os.environ) if environ is None else environ
     run_dir = RunDirectory(Path(run_path))
     record = read_json(run_dir.record)
@@ -116,8 +128,13 @@ def node(run_path: str) -> int:
                        "PET_NPROC_PER_NODE": str(layout["nproc_per_node"]),
                        "PET_RDZV_ENDPOINT": layout["rdzv_endpoint"], "PET_RDZV_ID": str(layout["rdzv_id"])})
     command = node_command(backend.python or sys.executable, backend.launcher, layout, run_path)
-    result = supervise(resolved, run_dir, command, command_line=record.get("command_line"),
-                       resume_from=record.get("resume_from"), quiet_json=True, head=layout["node_rank"] == 0)
+    from thub.runner.lock import RunLock
+
+    head = layout["node_rank"] == 0
+    # the head node holds the run directory's lock for the job's life (with its training child)
+    with RunLock(Path(run_path)).acquire(wait=LOCK_WAIT_SECONDS) if head else contextlib.nullcontext() as lock:
+        result = supervise(resolved, run_dir, command, command_line=record.get("command_line"),
+                           resume_from=record.get("resume_from"), quiet_json=True, head=head, lock=lock)
     print(f"thub worker {layout['node_rank']}: {result['status']}"
           + (f" ({result.get('error')})" if result.get("error") else ""), flush=True)
     return 0 if result["status"] == "succeeded" else 1
@@ -127,7 +144,13 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("prepare", "node"):
         print("usage: python -m thub.launch.worker prepare|node RUN_DIR", file=sys.stderr)
         return 2
-    return prepare(argv[1]) if argv[0] == "prepare" else node(argv[1])
+    from thub.errors import UsageError
+
+    try:
+        return prepare(argv[1]) if argv[0] == "prepare" else node(argv[1])
+    except UsageError as exc:  # e.g. another live run holds the directory
+        print(f"thub worker: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -43,18 +43,28 @@ class RunLock:
         self.fd: int | None = None
         self.holder: dict[str, Any] = {}
 
-    def acquire(self) -> RunLock:
-        """Take the lock or raise UsageError (exit 2) naming the live run's process."""
+    def acquire(self, wait: float = 0) -> RunLock:
+        """Take the lock or raise UsageError (exit 2) naming the live run's process.
+
+        ``wait``: seconds to keep trying first (a SLURM job whose submitting ``thub`` has not
+        quite let go yet); 0 refuses at once.
+        """
         if fcntl is None:
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
             os.close(fd)
             raise UsageError(f"{self.path.parent} is in use by a live thub run ({self.describe_holder()}); "
-                             "wait for it to end or stop it first (one live run per ckpt_output_dir)") from None
+                             "wait for it to end or stop it first (one live run per ckpt_output_dir)")
         self.fd = fd
         self._write({"pid": os.getpid(), "started": time.time()})
         return self
