@@ -140,7 +140,8 @@ def backends(algorithm: str | None, as_json: bool) -> None:
     rows = [[b["name"], ", ".join(b["algorithms"]), "✓ ready" if b["ready"] else f"✗ {b['status']}", b["plugin"],
              "current" if b["environment"] == "current" else f"env {b['environment']}: {b['path'] or b['python']}"]
             for b in data]
-    table("Backends", ["backend", "algorithms", "status", "plugin", "lives in"], rows)
+    if rows:
+        table("Backends", ["backend", "algorithms", "status", "plugin", "lives in"], rows)
     for note in registry.shadowed:
         console().print(f"[yellow]note:[/yellow] {note}")
     if not data:
