@@ -76,3 +76,19 @@ def test_sigterm_checkpoints_and_resume_continues(ax_env: dict[str, str], tiny_m
     resumed = subprocess.run([*args, "--resume"], capture_output=True, text=True, env=ax_env, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert [line["step"] for line in read_metrics(out / "training_metrics.jsonl")] == list(range(1, 61))
+
+
+@pytest.mark.parametrize("algorithm, extra, data", [
+    ("lora_sft", ["--lora-r", "4"], "chat.jsonl"),
+    ("sft", ["--is-pretraining", "--block-size", "32"], "documents.jsonl"),
+])
+def test_lora_and_pretraining_runs(ax_env: dict[str, str], tiny_model: Path, demo_data: Path, tmp_path: Path,
+                                   algorithm: str, extra: list[str], data: str) -> None:
+    out = tmp_path / algorithm
+    args = [a if a != "sft" else algorithm for a in common(tiny_model, demo_data / data, out)]
+    done = subprocess.run([sys.executable, "-m", "thub", *args, "--max-steps", "2", *extra],
+                          capture_output=True, text=True, env=ax_env, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert [line["step"] for line in read_metrics(out / "training_metrics.jsonl")] == [1, 2]
+    if algorithm == "lora_sft":
+        assert (out / "checkpoints" / "adapter_model.safetensors").exists()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from thub_plugin_axolotl.runner import axolotl_rows
-from thub_plugin_axolotl.translate import translate
+from thub_plugin_axolotl.translate import DEFAULTS, translate
 
 
 def token_masks(model_path: str, rows: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any] | None]:
@@ -26,8 +26,9 @@ def token_masks(model_path: str, rows: list[dict[str, Any]], params: dict[str, A
 
     unmask = bool(params.get("unmask_messages"))
     plan = translate("sft", {"model_path": model_path, "ckpt_output_dir": "/nonexistent", "effective_batch_size": 1,
-                             "learning_rate": 1e-5, "seed": 42, "logging_steps": 1,
-                             "max_seq_len": params.get("max_seq_len") or 1024, "unmask_messages": unmask})
+                             "learning_rate": 1e-5, "seed": 42, "logging_steps": 1, "num_epochs": 1,
+                             "max_seq_len": params["max_seq_len"] if params.get("max_seq_len") else
+                             DEFAULTS["sft"]["max_seq_len"], "unmask_messages": unmask})
     config = {**plan["config"], "plugins": None}  # thub's callback plugin is for training runs
     cfg = validate_config(DictDefault(config))
     normalize_config(cfg)

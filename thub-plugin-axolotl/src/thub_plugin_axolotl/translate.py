@@ -118,7 +118,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         # (axolotl's normalize_config multiplies by WORLD_SIZE itself)
         "micro_batch_size": micro,
         "gradient_accumulation_steps": accumulation,
-        "num_epochs": float(params.get("num_epochs") or 1),
+        "num_epochs": float(params["num_epochs"]),
         "learning_rate": params["learning_rate"],
         "lr_scheduler": params.get("lr_scheduler") or "linear",
         "optimizer": "adamw_torch",

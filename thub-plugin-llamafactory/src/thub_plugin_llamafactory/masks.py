@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from thub_plugin_llamafactory.runner import lf_rows
-from thub_plugin_llamafactory.translate import translate
+from thub_plugin_llamafactory.translate import DEFAULTS, translate
 
 
 def _encode(model_path: str, rows: list[dict[str, Any]], params: dict[str, Any], work: Path) -> list[dict[str, Any]]:
@@ -25,8 +25,9 @@ def _encode(model_path: str, rows: list[dict[str, Any]], params: dict[str, Any],
     from llamafactory.model import load_tokenizer
 
     plan = translate("sft", {"model_path": model_path, "ckpt_output_dir": str(work), "effective_batch_size": 1,
-                             "learning_rate": 1e-5, "seed": 42, "logging_steps": 1,
-                             "max_seq_len": params.get("max_seq_len") or 1024,
+                             "learning_rate": 1e-5, "seed": 42, "logging_steps": 1, "num_epochs": 1,
+                             "max_seq_len": params["max_seq_len"] if params.get("max_seq_len") else
+                             DEFAULTS["sft"]["max_seq_len"],
                              "unmask_messages": bool(params.get("unmask_messages"))})
     data = lf_rows(rows, [], pretraining=False, unmask_all=bool(params.get("unmask_messages")))
     Path(plan["data"]["file"]).parent.mkdir(parents=True, exist_ok=True)

@@ -95,7 +95,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "per_device_train_batch_size": micro,
         "gradient_accumulation_steps": accumulation,
         "learning_rate": params["learning_rate"],
-        "num_train_epochs": float(params.get("num_epochs") or 1),
+        "num_train_epochs": float(params["num_epochs"]),
         "max_steps": params.get("max_steps") or -1,
         "lr_scheduler_type": params.get("lr_scheduler") or "linear",
         "seed": params["seed"],
