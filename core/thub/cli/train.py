@@ -13,10 +13,11 @@ from thub.config.fields import ParamInfo, format_value, param_infos, parse_text
 from thub.manager import get_registry
 
 
-def _option_for(info: ParamInfo) -> click.Option:
-    """A click option for one parameter; its default is None so 'not given' is visible."""
+def _option_for(info: ParamInfo, honoured: bool = True) -> click.Option:
+    """A click option for one parameter; its default is None so 'not given' is visible.
+    ``honoured=False``: no installed backend honours it for this algorithm (setting it is an error)."""
     default = "required" if info.required else f"default: {format_value(info.default)}"
-    help_text = f"{info.help} [{info.group}; {default}]"
+    help_text = f"{info.help} [{info.group}; {default}" + ("" if honoured else "; honoured by: none installed") + "]"
     if info.is_flag:
         name = info.option.removeprefix("--")
         return click.Option([f"--{name}/--no-{name}", info.name], default=None, help=help_text)
@@ -34,6 +35,17 @@ def _option_for(info: ParamInfo) -> click.Option:
         click_type = click.STRING
     return click.Option([info.option, info.name], type=click_type, default=None,
                         metavar=info.type_label().upper(), help=help_text)
+
+
+def _honoured_somewhere(registry: Any, algorithm: str) -> frozenset[str]:
+    """Parameters of ``algorithm`` that thub's core or at least one installed backend honours."""
+    from thub.config.fields import CORE_HANDLED
+    from thub.trackers import parent_logged_params
+
+    names = set(CORE_HANDLED)
+    for backend in registry.backends_for(algorithm):
+        names |= set(backend.honours(algorithm)) | set(parent_logged_params(backend, algorithm))
+    return frozenset(names)
 
 
 def _flag_values(infos: dict[str, ParamInfo], given: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +143,7 @@ def _make_command(algorithm: str) -> click.Command:
         click.Option(["--gpus-per-node"], type=click.IntRange(min=1), help="GPUs (processes) per node (sets nproc_per_node)."),
         click.Option(["--time", "time_limit"], metavar="D-HH:MM:SS", help="Wall time of each SLURM job (default: the profile's)."),
         click.Option(["--max-restarts"], type=click.IntRange(min=0), help="Chain K more jobs (afterany) that resume from the latest checkpoint."),
-        *(_option_for(info) for info in infos.values()),
+        *(_option_for(info, name in _honoured_somewhere(registry, algorithm)) for name, info in infos.items()),
     ]
     return click.Command(
         algorithm,

@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+# Parameters thub itself consumes whatever the backend: where the model, data and run live.
+# divergence_steps: the supervisor stops a diverging run for every backend (thub.runner.supervisor)
+CORE_HANDLED = frozenset({"model_path", "data_path", "ckpt_output_dir", "data_format", "divergence_steps"})
+
 
 @dataclass(frozen=True)
 class ParamInfo:

@@ -19,16 +19,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from thub.compat import training_hub
-from thub.config.fields import ParamInfo, param_infos, parse_text
+from thub.config.fields import CORE_HANDLED, ParamInfo, param_infos, parse_text
 from thub.config.yamlfile import load_yaml
 from thub.errors import UsageError, did_you_mean
 from thub.redact import redact
 from thub.manager import Registry
 from thub.specs import AlgorithmSpec, BackendSpec
 
-# Parameters thub itself consumes whatever the backend: where the model, data and run live.
-# divergence_steps: the supervisor stops a diverging run for every backend (thub.runner.supervisor)
-CORE_HANDLED = frozenset({"model_path", "data_path", "ckpt_output_dir", "data_format", "divergence_steps"})
 # Keys a config file may hold besides parameters.
 META_KEYS = frozenset({"algorithm", "backend"})
 
