@@ -275,6 +275,8 @@ def test_broken_command_registration_never_breaks_the_cli(commands_site: Path, t
                for f in json.loads(doctor.stdout)["plugin_failures"])
     unknown = _thub(commands_site, "no-such-command", **cache)
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+    typo = _thub(commands_site, "hello-godcmd", **cache)
+    assert typo.returncode == 2 and "did you mean 'hello-goodcmd'?" in typo.stderr
 
 
 def test_a_failed_plugin_receives_no_run_events(thub_plugin, capsys) -> None:

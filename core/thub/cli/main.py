@@ -100,6 +100,16 @@ class LazyGroup(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            if args and "No such command" in exc.message:
+                from thub.errors import did_you_mean
+
+                exc.message += did_you_mean(args[0], self.list_commands(ctx))
+            raise
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
