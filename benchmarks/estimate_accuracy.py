@@ -96,9 +96,40 @@ def gpu_peaks() -> None:
         del model, optimizer
 
 
+# The one real-backend peak recorded (shared/docs/performance-anchors.md, one H200, 2026-12-01):
+# mini-trainer, 0.504 B Llama (hidden 1536, 16 layers, vocab 32k; MHA and a 3456-wide MLP assumed:
+# they give the 0.504 B count), 32,768 tokens on one GPU, peak_memory_usage_GB 22.9.
+RECORDED = {"mini-trainer": 22.9e9}
+RECORDED_MODEL = {"model_type": "llama", "hidden_size": 1536, "intermediate_size": 3456, "num_hidden_layers": 16,
+                  "num_attention_heads": 12, "num_key_value_heads": 12, "vocab_size": 32000,
+                  "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def backend_policies() -> None:
+    """Generic loop vs the backend's memory policy, against the recorded real peak (no GPU needed)."""
+    from thub.insight.estimator import GIB, setup_from_params
+    from thub.manager import get_registry
+
+    print("4. recorded real-backend peaks vs the estimate (generic loop / the backend's memory policy)")
+    facts = model_facts(RECORDED_MODEL)
+    for backend, peak in RECORDED.items():
+        spec = get_registry().backends.get(backend)
+        if spec is None:
+            print(f"   {backend}: plugin not installed, skipped")
+            continue
+        for label, policy in (("generic loop", None), ("policy", spec.memory)):
+            setup = setup_from_params("sft", {"max_tokens_per_gpu": 32768}, gpus=1, gpu_memory=141 * GIB,
+                                      policy=policy, facts=facts)
+            result = estimate(facts, setup, advise=False)
+            inside = "inside" if result.low <= peak <= result.high else "OUTSIDE"
+            print(f"   {backend:<13} {label:<13} expected {format_bytes(result.expected):>10} vs real "
+                  f"{format_bytes(peak):>10}: {result.expected / peak - 1:+.1%} (target +-15 %), {inside} [low, high]")
+
+
 if __name__ == "__main__":
     started = time.perf_counter()
     parameter_counts()
     static_bytes()
     gpu_peaks()
+    backend_policies()
     print(f"done in {time.perf_counter() - started:.1f} s")
