@@ -134,7 +134,7 @@ def check_tokenizer(tokenizer) -> None:
         raise SystemExit(f"assistant mask check failed: masked {masked}, expected {expected}")
 
 
-def build_model(tokenizer, seed: int):
+def build_model(tokenizer, seed: int, head_dim: int = 16):
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -142,8 +142,8 @@ def build_model(tokenizer, seed: int):
     pad_id = tokenizer.convert_tokens_to_ids(PAD)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=4 * head_dim,
+        intermediate_size=8 * head_dim,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -180,12 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"output directory (default: {DEFAULT_OUT})")
     parser.add_argument("--seed", type=int, default=0, help="seed for the model weights (default: 0)")
+    parser.add_argument("--head-dim", type=int, default=16,
+                        help="attention head size (default: 16, hidden size 64; vLLM's attention kernels "
+                             "need a size such as 64 or 128)")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
     tokenizer = build_tokenizer()
     check_tokenizer(tokenizer)
-    model = build_model(tokenizer, args.seed)
+    model = build_model(tokenizer, args.seed, args.head_dim)
 
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)

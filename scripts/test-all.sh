@@ -65,10 +65,12 @@ python -m pip install --quiet --no-deps --upgrade --target build/training-hub-0.
 # session fixture starts with scripts/slurm-up.sh and stops with scripts/slurm-down.sh. The tests
 # skip only when these binaries are missing, so install them here and CI always runs them.
 # openssl makes the self-signed certificate of the Kubeflow status endpoint in tests/test_kubeflow.py.
-if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+# shellcheck checks the GPU smoke scripts (tests/test_smoke_checker.py; they need a GPU to run).
+if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 \
+   || ! command -v shellcheck >/dev/null 2>&1; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    slurmctld slurmd slurm-client munge openssl >/dev/null
+    slurmctld slurmd slurm-client munge openssl shellcheck >/dev/null
 fi
 
 # --- thub install (issue 8): tests/test_install_envs.py (marked slow + install) builds real

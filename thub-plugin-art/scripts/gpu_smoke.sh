@@ -46,4 +46,19 @@ print("rewards", [l["reward"] for l in lines], "losses", [l.get("loss") for l in
 print("checkpoints", result.get("checkpoints"), "note:", result.get("note"))
 print("cleanup warnings:", [l for l in log.splitlines() if "WARNING: ART cleanup" in l])
 PY
+# status, steps 1..2 once each, finite reward, the LoRA checkpoint loads as an adapter
+"$PY" -m thub.testing.smoke "$OUT/run" --status succeeded --steps 2 --metric reward --reload adapter
+
+# interrupt after the first iteration, then --resume continues at the next one (model.get_step())
+args=(--backend art --model-path "$MODEL" --data-path "$OUT/grpo.jsonl" --ckpt-output-dir "$OUT/resume" --reward math
+      --num-iterations 3 --group-size 4 --prompt-batch-size 4 --max-tokens 32 --lora-r 8 --gpu-memory-utilization 0.3
+      --concurrency 8)
+"$PY" -m thub train lora_grpo "${args[@]}" --json > /dev/null &
+pid=$!
+for _ in $(seq 1 1200); do [ -s "$OUT/resume/training_metrics.jsonl" ] && break; sleep 0.5; done
+kill -INT "$pid"
+wait "$pid" || true
+"$PY" -m thub.testing.smoke "$OUT/resume" --status interrupted --metric reward --reload none
+"$PY" -m thub train lora_grpo "${args[@]}" --resume --json > /dev/null
+"$PY" -m thub.testing.smoke "$OUT/resume" --status succeeded --steps 3 --metric reward --reload adapter
 echo "ART GPU smoke: OK ($OUT)"

@@ -49,17 +49,28 @@ AutoModelForCausalLM.from_pretrained(ckpt)
 print("reloaded", ckpt)
 PYEOF
 
+"$PY" -m thub.testing.smoke "$RUN" --status succeeded --steps 0   # contiguous steps, finite loss, reloads
+
 echo "== interrupt and resume"
+# 3 epochs of 16 steps (64 samples / effective_batch_size 4). SIGINT only once full_state/epoch_0 is complete
+# (training_metadata.json is written after accelerate's save_state) and the next step is logged,
+# so the interrupt never lands while full_state/ is being written.
 RUN2="$WORK/run2"
 COMMON2=("${COMMON[@]/ckpt_output_dir=$RUN/ckpt_output_dir=$RUN2}")
 "$PY" -m thub train sft "${COMMON2[@]}" --set num_epochs=3 &
 PID=$!
-for _ in $(seq 1 600); do [ -d "$RUN2/full_state" ] && break; sleep 0.5; done
+for _ in $(seq 1 1200); do
+  if [ -f "$RUN2/full_state/epoch_0/training_metadata.json" ] && [ -s "$RUN2/training_metrics.jsonl" ] &&
+     [ "$("$PY" -c "import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])['step'])" \
+           "$RUN2/training_metrics.jsonl")" -ge 17 ]; then
+    break
+  fi
+  sleep 0.5
+done
 kill -INT "$PID" || true
 wait "$PID" || true
-"$PY" -c "import json,sys; print('after interrupt:', json.load(open('$RUN2/result.json'))['status'])"
+"$PY" -m thub.testing.smoke "$RUN2" --status interrupted --reload none
 "$PY" -m thub train sft "${COMMON2[@]}" --set num_epochs=3 --resume
-"$PY" -c "
-import json; r = json.load(open('$RUN2/result.json')); assert r['status'] == 'succeeded', r
-print('resumed run:', r['status'], r['final_checkpoint'])"
+# steps continue after the resumed epoch (instructlab restarts its counter at 1): 1..48, each once
+"$PY" -m thub.testing.smoke "$RUN2" --status succeeded --steps 48
 echo "GPU SMOKE OK"

@@ -37,8 +37,13 @@ check "$WORK/sft" succeeded 2
 "$PY" -m thub train osft "${common[@]}" --max-steps 2 --unfreeze-rank-ratio 0.25 --ckpt-output-dir "$WORK/osft" --json
 check "$WORK/osft" succeeded 2
 
-# interrupt after the first metrics line, then resume to the end (8 steps = 64 samples / 8)
-"$PY" -m thub train osft "${common[@]}" --num-epochs 1 --unfreeze-rank-ratio 0.25 --ckpt-output-dir "$WORK/resume" --json &
+# status, steps, finite loss, the final checkpoint loads
+"$PY" -m thub.testing.smoke "$WORK/sft" --status succeeded --steps 2
+"$PY" -m thub.testing.smoke "$WORK/osft" --status succeeded --steps 2
+
+# interrupt after the first metrics line, then resume to the end. 6 epochs of 8 steps (64 samples / 8):
+# long enough that SIGTERM always arrives mid-run (an 8-step run could finish first)
+"$PY" -m thub train osft "${common[@]}" --num-epochs 6 --unfreeze-rank-ratio 0.25 --ckpt-output-dir "$WORK/resume" --json &
 pid=$!
 for _ in $(seq 1 600); do
   [ -s "$WORK/resume/training_metrics.jsonl" ] && break
@@ -46,8 +51,9 @@ for _ in $(seq 1 600); do
 done
 kill -TERM "$pid"
 wait "$pid" || true
-ls "$WORK/resume/checkpoints/full_state_checkpoints"
-"$PY" -c "import json,sys; r=json.load(open('$WORK/resume/result.json')); print(r['status']); assert r['status']=='interrupted', r"
-"$PY" -m thub train osft "${common[@]}" --num-epochs 1 --unfreeze-rank-ratio 0.25 --ckpt-output-dir "$WORK/resume" --resume --json
-check "$WORK/resume" succeeded 8
+"$PY" -m thub.testing.smoke "$WORK/resume" --status interrupted --reload none
+ls "$WORK/resume/checkpoints/full_state_checkpoints"   # the on-demand full-state checkpoint
+"$PY" -m thub train osft "${common[@]}" --num-epochs 6 --unfreeze-rank-ratio 0.25 --ckpt-output-dir "$WORK/resume" --resume --json
+check "$WORK/resume" succeeded 48
+"$PY" -m thub.testing.smoke "$WORK/resume" --status succeeded --steps 48
 echo "gpu_smoke: all OK ($WORK)"

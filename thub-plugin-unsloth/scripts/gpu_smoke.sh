@@ -22,7 +22,7 @@ for mode in lora qlora; do
   [ "$mode" = qlora ] && extra=(--load-in-4bit)
   "$PY" -m thub train lora_sft --backend unsloth --model-path "$OUT/model" \
     --data-path examples/data/chat.jsonl --ckpt-output-dir "$OUT/$mode" \
-    --max-steps 5 --learning-rate 1e-3 --lora-r 8 --save-steps 5 "${extra[@]}" --json > "$OUT/$mode.json"
+    --max-steps 5 --learning-rate 1e-3 --lora-r 8 --save-steps 5 ${extra[@]+"${extra[@]}"} --json > "$OUT/$mode.json"
   "$PY" - "$OUT/$mode" <<'PY'
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])
@@ -34,5 +34,20 @@ assert (out / "final" / "adapter_model.safetensors").exists()
 assert "training on CPU" not in (out / "logs" / "train.log").read_text(), "unsloth fell back to CPU"
 print(out.name, "ok: loss", [round(l["loss"], 3) for l in lines])
 PY
+  # status, steps 1..5 once each, finite loss, the adapter loads
+  "$PY" -m thub.testing.smoke "$OUT/$mode" --status succeeded --steps 5 --reload adapter
 done
+
+# interrupt after the first step (SIGINT saves checkpoint-N at the next step boundary), then resume
+"$PY" -m thub train lora_sft --backend unsloth --model-path "$OUT/model" --data-path examples/data/chat.jsonl \
+  --ckpt-output-dir "$OUT/resume" --num-epochs 4 --learning-rate 1e-3 --lora-r 8 --json > /dev/null &
+pid=$!
+for _ in $(seq 1 600); do [ -s "$OUT/resume/training_metrics.jsonl" ] && break; sleep 0.5; done
+kill -INT "$pid"
+wait "$pid" || true
+"$PY" -m thub.testing.smoke "$OUT/resume" --status interrupted --reload none
+ls -d "$OUT"/resume/checkpoints/checkpoint-*
+"$PY" -m thub train lora_sft --backend unsloth --model-path "$OUT/model" --data-path examples/data/chat.jsonl \
+  --ckpt-output-dir "$OUT/resume" --num-epochs 4 --learning-rate 1e-3 --lora-r 8 --resume --json > /dev/null
+"$PY" -m thub.testing.smoke "$OUT/resume" --status succeeded --steps 32 --reload adapter   # 64 samples / 8 x 4
 echo "unsloth GPU smoke: OK ($OUT)"
