@@ -47,6 +47,10 @@ def test_secret_names_by_whole_words() -> None:
     for name in ("max_tokens", "TOKENIZERS_PARALLELISM", "prompt_key", "hub_private_repo", "keyword", "monkey"):
         assert not is_secret_name(name), name
     assert is_secret_name("OPENAI_KEY", loose=True) and not is_secret_name("OPENAI_KEY")
+    # metric names that contain "token" are figures, not secrets (result.json's last_metrics)
+    for name in ("mean_token_accuracy", "num_tokens", "token_accuracy", "tokens_per_second"):
+        assert not is_secret_name(name), name
+    assert redact({"last_metrics": {"mean_token_accuracy": 0.5}}) == {"last_metrics": {"mean_token_accuracy": 0.5}}
     nested = redact({"hub_token": HUB, "prompt_key": "prompt", "push": True, "env": {"WANDB_API_KEY": "k"},
                      "uris": [URI], "hub_private_repo": True, "none_token": None})
     assert nested == {"hub_token": REDACTED, "prompt_key": "prompt", "push": True, "env": {"WANDB_API_KEY": REDACTED},

@@ -36,6 +36,9 @@ SECRET_WORDS = frozenset({
     "token", "secret", "secrets", "password", "passwd", "pwd", "credential", "credentials", "apikey", "auth",
     "signature", "sig", "privatekey", "accesskey",
 })
+#: Words that name a secret only as a name's last word: ``hub_token`` is one, a metric such as
+#: ``mean_token_accuracy`` or ``token_count`` is not.
+LAST_WORD_ONLY = frozenset({"token", "sig", "signature"})
 #: Consecutive words that do (``WANDB_API_KEY``, ``apiKey``, ``aws_access_key_id``).
 SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key"), ("account", "key"),
                           ("client", "key"), ("session", "key")})
@@ -60,7 +63,10 @@ def is_secret_name(name: str, *, loose: bool = False) -> bool:
     """
     words = _words(name)
     joined = re.sub(r"[^a-z0-9]+", "", name.lower())
-    if SECRET_WORDS & {*words, joined} or (loose and "key" in words):
+    anywhere = SECRET_WORDS - LAST_WORD_ONLY
+    if anywhere & {*words, joined} or (loose and "key" in words):
+        return True
+    if words and (words[-1] in SECRET_WORDS or joined in SECRET_WORDS):
         return True
     return any(pair in SECRET_PAIRS for pair in zip(words, words[1:]))
 
