@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -193,3 +194,19 @@ def test_doctor_checks_say_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(plugin, "flash_attn_installed", lambda: False)
     assert "disable_flash_attn=True" in plugin._flash_attn_check(CheckContext()).summary
     assert "20 tokens" in plugin._short_samples_check(CheckContext()).summary
+
+
+def test_unset_parameters_leave_instructlabs_defaults() -> None:
+    """Translating only the required parameters: every ``TrainingArgs`` field with a default keeps
+    instructlab-training's own, except those thub sets on purpose."""
+    from instructlab.training import TrainingArgs
+    from thub_plugin_instructlab.runner import build_args
+
+    registry = load_registry()
+    values = resolve(registry, "sft", backend=BACKEND, flags=BASE, environ={}).values()
+    training = build_args(translate("sft", values, environ={}, flash_attn=False))[1]
+    differing = {name for name, field in TrainingArgs.model_fields.items()
+                 if not field.is_required() and getattr(training, name) != field.get_default(call_default_factory=True)}
+    # flash-attn absent here; thub prepares the data itself, with up to instructlab's 16 processes
+    assert differing - {"data_process_num_cpu_procs"} == {"disable_flash_attn", "process_data"}, differing
+    assert training.data_process_num_cpu_procs == max(1, min(16, os.cpu_count() or 1))

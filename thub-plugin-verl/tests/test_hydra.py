@@ -153,3 +153,42 @@ def test_backend_defaults_compose_to_verls_own_switches(tmp_path: Path) -> None:
     assert arr.actor.fsdp_config.param_offload is False and arr.model.use_fused_kernels is False
     assert config.algorithm.norm_adv_by_std_in_grpo is True and arr.actor.loss_agg_mode == "token-mean"
     assert dict(arr.rollout.engine_kwargs.vllm) == {}
+
+
+# What a required-only grpo translation sets to something other than verl's own composed default,
+# and why. Anything else differing would be thub silently changing verl's meaning.
+SET_ON_PURPOSE = {
+    "algorithm.adv_estimator": "GRPO", "data.train_files": "the run's data", "data.val_files": "the run's data",
+    "data.train_batch_size": "prompt_batch_size (declared backend default 16)",
+    "data.max_prompt_length": "max_prompt_length (declared backend default 1024)",
+    "data.filter_overlong_prompts": "fixed: long prompts are filtered, not an error mid-run", "data.seed": "seed 42",
+    "actor_rollout_ref.model.path": "model_path",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "derived: divides prompt_batch_size (batch_layout)",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "micro_batch_size (declared backend default 1)",
+    "actor_rollout_ref.rollout.name": "fixed: vLLM", "actor_rollout_ref.rollout.n": "group_size (declared default 8)",
+    "actor_rollout_ref.rollout.temperature": "temperature (declared default 0.7)",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "tensor_parallel_size (declared backend default 1)",
+    "actor_rollout_ref.rollout.gpu_memory_utilization": "declared backend default 0.35",
+    "actor_rollout_ref.rollout.max_model_len": "max_prompt_length + max_tokens",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "derived (batch_layout)",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "derived (batch_layout)",
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": "declared backend default 3072",
+    "actor_rollout_ref.ref.fsdp_config.param_offload": "fixed: the reference model waits on the CPU",
+    "reward.custom_reward_function.path": "thub's reward module", "trainer.n_gpus_per_node": "nproc_per_node",
+    "trainer.total_epochs": "num_epochs (declared backend default 1)", "trainer.save_freq": "save at the last step",
+    "trainer.val_before_train": "fixed: no validation pass", "trainer.project_name": "thub",
+    "trainer.experiment_name": "the run directory's name", "trainer.logger": "thub's file logger, no W&B unless asked",
+    "trainer.default_local_dir": "the run's checkpoints", "trainer.resume_mode": "--resume decides",
+}
+
+
+def test_unset_parameters_leave_verls_defaults(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    overrides = native("grpo", tmp_path, nproc_per_node=1, reward=["math"])["overrides"]
+    defaults, ours = compose([]), compose(overrides)
+    keys = [item.split("=", 1)[0].lstrip("+") for item in overrides]
+    differing = {key for key in keys
+                 if OmegaConf.select(ours, key) != OmegaConf.select(defaults, key, default="<absent>")}
+    assert differing == set(SET_ON_PURPOSE), (sorted(differing - set(SET_ON_PURPOSE)),
+                                              sorted(set(SET_ON_PURPOSE) - differing))
