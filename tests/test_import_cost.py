@@ -88,11 +88,31 @@ def test_help_imports_only_the_listed_modules(tmp_path: Path) -> None:
 
 
 def test_train_help_imports_no_checks_data_or_yaml(tmp_path: Path) -> None:
-    _modules_after(("--help",), tmp_path)
-    warm = _modules_after(("train", "sft", "--help"), tmp_path)
-    bad = [m for m in warm if m.startswith(TRAIN_HELP_FORBIDDEN)]
+    cold = _modules_after(("train", "sft", "--help"), tmp_path)  # builds the page: registry, parameter model
+    bad = [m for m in cold if m.startswith(TRAIN_HELP_FORBIDDEN)]
     assert bad == [], f"`thub train sft --help` imported {bad}"
-    assert "thub_builtins.params" in warm  # the options come from the parameter model
+    assert "thub_builtins.params" in cold  # the options come from the parameter model
+    warm = _modules_after(("train", "sft", "--help"), tmp_path)  # the page from the cache
+    allowed = HELP_MODULES | {"thub.envs", "thub.envs.paths"}  # managed environments' manifests are in the key
+    outside = [m for m in warm if m.split(".")[0] != "click" and m not in allowed]
+    assert outside == [], f"a cached `thub train sft --help` imported {outside}"
+
+
+def test_cached_train_help_is_the_page_click_builds(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")} | {
+        "XDG_CACHE_HOME": str(tmp_path), "COLUMNS": "100"}
+
+    def page(*args: str, **extra: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True,
+                              env=env | extra, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    built = page("train", "lora_sft", "--help", THUB_NOT_A_PARAMETER="1")  # any THUB_* bypasses the cache
+    assert page("train", "lora_sft", "--help") == built  # written to the cache
+    assert (tmp_path / "thub" / "help-train-lora_sft.json").exists()
+    assert page("train", "lora_sft", "-h") == built  # read from it
+    assert "--lora-r" in built and "-h, --help" in built
 
 
 def test_listed_short_help_is_each_commands_own(thub_cli) -> None:

@@ -161,9 +161,92 @@ def cli() -> None:
     """
 
 
+def _help_sources() -> dict[str, int]:
+    """Modification times of every file a ``thub train ALGO --help`` page is built from (thub's own
+    packages, managed environments' manifests; the plugins' files are recorded with the page): a
+    few hundred ``stat`` calls."""
+    import os
+    from importlib.util import find_spec
+
+    roots = [os.path.dirname(sys.modules["thub"].__file__ or "")]
+    builtins = find_spec("thub_builtins")
+    if builtins is not None and builtins.submodule_search_locations:
+        roots.extend(builtins.submodule_search_locations)
+    found = {}
+    for root in roots:
+        for folder, _dirs, files in os.walk(root):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    found[path] = os.stat(path).st_mtime_ns
+    from thub.envs.paths import MANIFEST_NAME, envs_dir
+
+    try:  # managed environments add backends (their manifests are read at registry load)
+        for entry in os.scandir(envs_dir()):
+            manifest = os.path.join(entry.path, MANIFEST_NAME)
+            if os.path.exists(manifest):
+                found[manifest] = os.stat(manifest).st_mtime_ns
+    except OSError:
+        pass
+    return found
+
+
+def _train_help(argv: list[str]) -> bool:
+    """Print ``thub train ALGO --help`` from the cache when nothing it depends on changed.
+
+    Building that page imports the plugins and pydantic and builds the parameter models (~0.5 s;
+    issue 18 asks <= 0.25 s). The page is cached with :mod:`thub.discovery` under the installed
+    distributions, the terminal width, the files of thub, its built-in plugins and the external
+    plugins; any ``THUB_*`` variable (it may change what a run would do) bypasses the cache.
+    Returns False when the page was not printed from the cache (click then builds it as usual).
+    """
+    import os
+    import shutil
+
+    if len(argv) != 3 or argv[0] != "train" or argv[2] not in ("--help", "-h") or argv[1].startswith("-"):
+        return False
+    if any(name.startswith("THUB_") for name in os.environ):
+        return False
+    from thub.discovery import fingerprint, read_cache, write_cache
+
+    width = shutil.get_terminal_size().columns
+    key = f"{fingerprint()}:{width}:{__version__}:{argv[1]}"
+    name = f"help-train-{argv[1]}.json"
+    sources = _help_sources()
+    hit = read_cache(name, key)
+    try:
+        if isinstance(hit, dict) and hit["sources"] == {k: v for k, v in sources.items()} and all(
+                os.path.exists(path) and os.stat(path).st_mtime_ns == mtime for path, mtime in hit["plugins"].items()):
+            click.echo(hit["text"])
+            return True
+    except (KeyError, TypeError, OSError):
+        pass
+    try:
+        # the contexts click builds for `thub train ALGO --help` (same settings, so the same page)
+        root = click.Context(cli, info_name="thub", **cli.context_settings)
+        group = cli.get_command(root, "train")
+        if not isinstance(group, click.Group):
+            return False
+        middle = click.Context(group, info_name="train", parent=root, **group.context_settings)
+        command = group.get_command(middle, argv[1])
+        if command is None:
+            return False
+        text = click.Context(command, info_name=argv[1], parent=middle, **command.context_settings).get_help()
+    except Exception:  # noqa: BLE001 - click reports the problem the usual way
+        return False
+    from thub.cli.plugin_commands import _plugin_files
+    from thub.manager import get_registry
+
+    write_cache(name, key, {"text": text, "sources": sources, "plugins": _plugin_files(get_registry())})
+    click.echo(text)
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
+        if _train_help(sys.argv[1:] if argv is None else list(argv)):
+            sys.exit(0)
         cli.main(args=argv, prog_name="thub", standalone_mode=True)
     except KeyboardInterrupt:
         sys.exit(130)
