@@ -192,3 +192,28 @@ def test_save_merged_exports_16_bit_after_the_adapter() -> None:
 
 def test_lora_alpha_default_is_thubs_everywhere() -> None:
     assert _plan()["lora"]["lora_alpha"] == 32 and _plan()["lora"]["r"] == 16
+
+
+def test_unset_parameters_leave_trls_defaults_in_unslotheds_config() -> None:
+    """Required-only lora_sft: every SFTConfig field (TRL's dataclass defaults) keeps TRL's value
+    except the declared backend defaults and what thub/unsloth set on purpose."""
+    import dataclasses
+
+    import trl
+
+    plan = _plan()
+    fields = {f.name: f for f in dataclasses.fields(trl.SFTConfig)}
+
+    def default(name: str):
+        field = fields[name]
+        return field.default if field.default is not dataclasses.MISSING else field.default_factory()
+
+    differing = {name for name, value in plan["config"].items() if value != default(name)}
+    declared = {"num_train_epochs", "learning_rate", "max_length", "warmup_steps", "weight_decay", "max_grad_norm"}
+    on_purpose = {
+        "output_dir", "logging_steps", "use_cpu", "bf16", "disable_tqdm", "save_strategy", "report_to",  # as trl
+        "gradient_checkpointing",  # False here: unsloth checkpoints itself (get_peft_model use_gradient_checkpointing)
+        "dataset_kwargs", "remove_unused_columns", "dataloader_pin_memory",  # thub hands unsloth tokenized rows
+    }
+    assert differing == declared | on_purpose, sorted(differing ^ (declared | on_purpose))
+    assert plan["lora"]["use_gradient_checkpointing"] == "unsloth"  # unset: unsloth's own default
