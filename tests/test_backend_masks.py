@@ -62,3 +62,14 @@ def test_json_without_backend_is_unchanged(tiny_model: Path, demo_data: Path) ->
     done = _preview("--model", str(tiny_model), str(demo_data / "chat.jsonl"), "--json")
     assert done.returncode == 0, done.stderr
     assert "comparison" not in json.loads(done.stdout)["examples"][0]
+
+
+def test_preview_of_pre_tokenized_rows_decodes_them(tiny_model: Path, tmp_path: Path) -> None:
+    # explain()'s pre-tokenized branch (also what --backend shows) decodes token by token
+    data = tmp_path / "processed.jsonl"
+    data.write_text(json.dumps({"input_ids": [1, 276, 202, 284], "labels": [-100, -100, 202, 284]}) + "\n")
+    done = _preview("--model", str(tiny_model), str(data), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    example = json.loads(done.stdout)["examples"][0]
+    assert (example["tokens"], example["trained_tokens"]) == (4, 2)
+    assert [s["trained"] for s in example["segments"]] == [False, True]

@@ -107,21 +107,6 @@ if __name__ == "__main__":
     _main()
 
 
-class _Decoding:
-    """A tokenizer without ``decode`` (``thub.data.light_tokenizer``) made to decode single tokens,
-    special ones included, as ``explain`` does for pre-tokenized rows."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.backend_tokenizer = tokenizer.backend_tokenizer
-
-    def decode(self, ids: list[int]) -> str:
-        return self.backend_tokenizer.decode(ids, skip_special_tokens=False)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.tokenizer, name)
-
-
 def backend_preview(report: list[dict[str, Any]], rows: list[dict[str, Any]], backend: str, model: str,
                     tokenizer: Any, *, max_seq_len: int | None, unmask: bool, as_json: bool) -> None:
     """``thub data preview --backend B``: B's own trained tokens for each shown row, next to thub's.
@@ -133,8 +118,6 @@ def backend_preview(report: list[dict[str, Any]], rows: list[dict[str, Any]], ba
     from thub.cli.output import JSON_SCHEMA_VERSION, emit_json, stdout_console
     from thub.data.preview import explain
 
-    if not hasattr(tokenizer, "decode"):  # thub's light tokenizer (tokenizers only): decode with its backend
-        tokenizer = _Decoding(tokenizer)
     chat = [i for i, row in enumerate(rows) if "messages" in row]
     if not chat:
         raise UsageError("--backend: the shown rows hold no conversation (masks differ only on chat data)")

@@ -41,7 +41,8 @@ def explain(row: dict[str, Any], tokenizer: Any, template: ChatTemplate | None =
     backend = _backend(tokenizer)
     if "input_ids" in row:
         ids, labels = list(row["input_ids"]), list(row["labels"])
-        pieces = [tokenizer.decode([i]) for i in ids]
+        # the Rust backend decodes for both transformers' fast tokenizers and thub's light one
+        pieces = [backend.decode([i], skip_special_tokens=False) for i in ids]
         offsets, pos = [], 0
         for piece in pieces:
             offsets.append((pos, pos + len(piece)))
