@@ -24,3 +24,11 @@ def test_unhonoured_parameters_are_marked_per_algorithm(thub_cli) -> None:
     assert "honoured by: none installed" not in sft["--beta1"]
     assert "honoured by: none installed" not in osft["--learning-rate"]
     assert "honoured by: none installed" not in osft["--model-path"]  # thub's own
+
+
+def test_the_schema_says_so_too(thub_cli) -> None:
+    if not load_registry().backends_for("osft"):
+        pytest.skip("needs the mini-trainer plugin")
+    properties = thub_cli("config", "schema", "osft").json()["properties"]
+    assert properties["beta1"]["description"].endswith("Honoured by: none installed.")
+    assert "none installed" not in properties["learning_rate"].get("description", "")
