@@ -62,16 +62,17 @@ def _config(params: dict[str, Any], gpu: bool) -> dict[str, Any]:
     config: dict[str, Any] = {
         "output_dir": f"{params['ckpt_output_dir']}/checkpoints",
         "num_train_epochs": params["num_epochs"],
-        "max_steps": params.get("max_steps") or -1,
         "per_device_train_batch_size": micro,
         "gradient_accumulation_steps": accumulation,
         "learning_rate": params["learning_rate"],
         "seed": params["seed"],
         "logging_steps": params["logging_steps"],
-        "lr_scheduler_type": params.get("lr_scheduler") or "linear",
         # unsloth checkpoints the model itself (get_peft_model); TRL's own flag would wrap it twice
         "gradient_checkpointing": False,
         "max_length": params["block_size"] if pretraining else params["max_seq_len"],
+        # unset max_steps / lr_scheduler: TRL's own defaults (-1: the epochs decide; linear)
+        **({"max_steps": params["max_steps"]} if params.get("max_steps") else {}),
+        **({"lr_scheduler_type": params["lr_scheduler"]} if params.get("lr_scheduler") is not None else {}),
         # not honoured: TRL packs inside its own dataset preparation, which thub's rows skip
         "packing": False,
         # thub hands over input_ids + labels; TRL must neither re-tokenize nor drop the labels column

@@ -278,8 +278,8 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
     tp = params["tensor_parallel_size"]
     if n_gpus % tp:
         raise UsageError(f"tensor_parallel_size {tp} must divide the GPUs per node ({n_gpus})")
-    scheduler = params.get("lr_scheduler") or "constant"
-    if scheduler not in _SCHEDULERS:
+    scheduler = params.get("lr_scheduler")  # unset: verl's own (constant)
+    if scheduler is not None and scheduler not in _SCHEDULERS:
         raise UsageError(f"verl's actor supports lr_scheduler constant or cosine, not {scheduler!r}")
 
     files = paths(params["ckpt_output_dir"])
@@ -315,7 +315,6 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
         f"{model}.use_remove_padding": True,
         f"{model}.enable_gradient_checkpointing": params.get("gradient_checkpointing") is not False,
         f"{actor}.optim.lr": params["learning_rate"],
-        f"{actor}.optim.lr_scheduler_type": _SCHEDULERS[scheduler],
         f"{actor}.ppo_mini_batch_size": layout["ppo_mini_batch_size"],
         f"{actor}.ppo_micro_batch_size_per_gpu": layout["ppo_micro_batch_size_per_gpu"],
         f"{actor}.use_kl_loss": bool(beta),
@@ -350,6 +349,8 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
     }
     if resume_from:
         o["trainer.resume_from_path"] = resume_from
+    if scheduler is not None:
+        o[f"{actor}.optim.lr_scheduler_type"] = _SCHEDULERS[scheduler]
     if steps and (params.get("max_steps") or params.get("num_iterations")):
         o["trainer.total_training_steps"] = steps
         # verl stops at whichever comes first: enough epochs that the step count decides
