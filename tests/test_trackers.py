@@ -115,6 +115,8 @@ def test_parent_route_logs_the_metrics_stream_to_all_three(thub_plugin, thub_cli
     run = MlflowClient(tracking_uri=store).get_run(record["mlflow"]["run_id"])
     assert trackers.mlflow_history(store, run.info.run_id) == losses
     assert (run.info.run_name, run.info.status, run.data.params["thub.backend"]) == ("echo-run", "FINISHED", "echo")
+    # artifacts beside the sqlite store, never in ./mlruns of the directory the run started from
+    assert run.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri()), run.info.artifact_uri
 
     wandb_dir = Path(record["wandb"]["path"])
     assert wandb_dir.parent == out / "wandb"

@@ -6,6 +6,7 @@ imports transformers only when a runner asks for it in the training child.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,6 +92,15 @@ def metrics_callback(context: RunContext) -> Any:
                 line["tokens_per_second"] = (tokens - self.last_tokens) / (now - self.last_time)
             self.last_tokens, self.last_time = tokens, now
             context.metrics.log(state.global_step, max_steps=state.max_steps, **line)
+
+        def on_init_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            # before HF's MLflowCallback calls set_experiment (on_train_begin): a new experiment
+            # keeps its artifacts beside a sqlite store, not in ./mlruns of the working directory
+            uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+            if state.is_world_process_zero and "mlflow" in (args.report_to or []) and uri:
+                from thub.trackers.sink import ensure_experiment
+
+                ensure_experiment(uri, os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default")
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             # after the report_to integrations opened their runs (they come first in the callback list)

@@ -90,14 +90,13 @@ class MlflowWriter:
         from mlflow import MlflowClient
 
         self.uri = str(params["mlflow_tracking_uri"])
-        self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment = params.get("mlflow_experiment_name") or "Default"
+        experiment_id = ensure_experiment(self.uri, self.experiment)
+        self.client = MlflowClient(tracking_uri=self.uri)
         if run_id:  # resume: keep logging to the same run
             self.run_id = run_id
             self.client.update_run(run_id, status="RUNNING")
             return
-        found = self.client.get_experiment_by_name(self.experiment)
-        experiment_id = found.experiment_id if found else self.client.create_experiment(self.experiment)
         run = self.client.create_run(experiment_id, run_name=run_name(params, "mlflow"),
                                      tags={"thub.run_dir": str(params["ckpt_output_dir"])})
         self.run_id = run.info.run_id
@@ -115,6 +114,30 @@ class MlflowWriter:
 
     def info(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "tracking_uri": self.uri, "experiment": self.experiment}
+
+
+def ensure_experiment(uri: str, name: str) -> str:
+    """The id of experiment ``name`` in the store at ``uri``, created if missing.
+
+    Under a ``sqlite:///DB`` store, artifacts go to ``mlartifacts/`` beside the database file, for
+    a new store's ``Default`` experiment too: MLflow's default is ``./mlruns`` in whatever directory
+    the run happened to start from. Call it before any other MLflow client opens a new store.
+    """
+    from mlflow import MlflowClient
+
+    location = None
+    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
+        database = Path(uri[len("sqlite:///"):]).expanduser().resolve()
+        location = (database.parent / "mlartifacts").as_uri()
+        if not database.exists():
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+            SqlAlchemyStore(uri, location)  # creates the tables and "Default" with that location
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(name)
+    if found:
+        return str(found.experiment_id)
+    return str(client.create_experiment(name, artifact_location=location))
 
 
 def log_metadata_mlflow(client: Any, run_id: str, metadata: Mapping[str, Any]) -> None:
