@@ -56,3 +56,57 @@ def test_undeclared_checks_and_unread_parameters_fail() -> None:
     kit.samples = {**kit.samples, "sft": {**kit.samples["sft"], "datasets": ["d.jsonl"]}}
     with pytest.raises(AssertionError, match=r"the sample sets \['datasets'\], which the translation never reads"):
         kit.test_translation_for_samples()
+
+
+def _throwaway_plugin(root: Path, files: dict[str, str], name: str = "thub_plugin_throwaway") -> str:
+    """A plugin package ``name`` under ``root`` with ``files`` (file name -> source)."""
+    package = root / name
+    package.mkdir()
+    for name, source in {"__init__.py": "", **files}.items():
+        (package / name).write_text(source)
+    return package.name
+
+
+def test_a_plugin_importing_thub_internals_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = _throwaway_plugin(tmp_path, {
+        "translate.py": "from thub.backend import UsageError\nfrom thub.runner.batching import split_batch\n",
+        "runner.py": "def run(context):\n    import thub.data\n    from thub import hookimpl\n",
+    })
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kit = _Trl()
+    kit.plugin_module = name
+    with pytest.raises(AssertionError) as failure:
+        kit.test_imports_only_the_backend_sdk()
+    message = str(failure.value)
+    assert "thub_plugin_throwaway/translate.py:2: from thub.runner.batching import split_batch" in message
+    assert "thub_plugin_throwaway/runner.py:2: import thub.data" in message
+    assert "thub_plugin_throwaway/runner.py:3: from thub import hookimpl" in message
+    assert "translate.py:1" not in message  # thub.backend is the SDK
+
+
+def test_the_sdk_and_the_test_kit_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = _throwaway_plugin(tmp_path, {
+        "translate.py": "from thub.backend import UsageError, split_batch\nfrom thub import backend\nimport thubx\n",
+        "test_own.py": "from thub.testing import BackendContract\nfrom thub.testing.contract import sdk_violations\n",
+    }, name="thub_plugin_throwaway_ok")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kit = _Trl()
+    kit.plugin_module = name
+    kit.test_imports_only_the_backend_sdk()
+    # only test files may use the test kit
+    (tmp_path / name / "runner.py").write_text("from thub.testing import BackendContract\n")
+    with pytest.raises(AssertionError, match=r"runner.py:1: from thub.testing import BackendContract"):
+        kit.test_imports_only_the_backend_sdk()
+
+
+def test_every_sdk_name_resolves_to_its_defining_module() -> None:
+    import importlib
+
+    import thub.backend
+    import thub.selection
+
+    for name, module in thub.backend._EXPORTS.items():
+        assert getattr(thub.backend, name) is getattr(importlib.import_module(module), name), name
+    with pytest.raises(AttributeError, match="the backend SDK exports"):
+        thub.backend.batching  # noqa: B018
+    assert thub.backend.cuda_visible is thub.selection.cuda_visible

@@ -43,6 +43,44 @@ def imported_heavy_modules(code: str) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+#: the only ``thub`` modules a backend plugin's code may import (docs/writing-plugins.md)
+SDK_MODULE = "thub.backend"
+TEST_KIT_MODULE = "thub.testing"
+
+
+def sdk_violations(package_dir: str | Path) -> list[str]:
+    """``file:line: import`` of every ``thub.*`` import under ``package_dir`` other than the SDK.
+
+    A plugin's code imports from :mod:`thub.backend` only; ``test_*.py`` / ``*_test.py`` /
+    ``conftest.py`` files may also import :mod:`thub.testing` (and its submodules). Relative
+    imports and other packages are not looked at. Read with :mod:`ast`: nothing is imported.
+    """
+    import ast
+
+    root = Path(package_dir)
+    found = []
+    for source in sorted(root.rglob("*.py")):
+        is_test = source.name.startswith("test_") or source.name.endswith("_test.py") or source.name == "conftest.py"
+        allowed = (SDK_MODULE, TEST_KIT_MODULE) if is_test else (SDK_MODULE,)
+        tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # `from thub import backend` names the SDK module itself
+                modules = ([f"{node.module}.{alias.name}" for alias in node.names] if node.module == "thub"
+                           else [node.module])
+            else:
+                continue
+            for module in modules:
+                if module.split(".")[0] != "thub":
+                    continue
+                if not any(module == ok or module.startswith(ok + ".") and ok == TEST_KIT_MODULE for ok in allowed):
+                    where = source.relative_to(root.parent) if root.parent != root else source
+                    found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
 class RecordingParams(dict):
     """Resolved parameters that record every name read (``[]``, ``get``, ``in``, iteration)."""
 
@@ -141,6 +179,16 @@ class BackendContract:
                                 "configuration that sets them, or declare them in read_elsewhere)")
             foreign = sorted(read[algorithm] - set(honoured) - core)
             assert not foreign, f"{algorithm}: translate reads parameters the backend does not honour: {foreign}"
+
+    def test_imports_only_the_backend_sdk(self) -> None:
+        """The plugin's code imports thub through :mod:`thub.backend` only (tests: also
+        :mod:`thub.testing`), so thub's internals can move without breaking it."""
+        import importlib
+
+        package = Path(importlib.import_module(self.plugin_module).__file__ or "").parent
+        found = sdk_violations(package)
+        assert not found, (f"{self.plugin_module} imports thub internals; import these names from {SDK_MODULE} "
+                           "(docs/writing-plugins.md lists what it exports):\n  " + "\n  ".join(found))
 
     def test_registration_imports_nothing_heavy(self) -> None:
         heavy = imported_heavy_modules(

@@ -7,8 +7,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 
-from thub import hookimpl
-from thub.specs import BackendSpec, MemoryPolicy, CheckContext, CheckResult, CheckSpec, translation_hook
+from thub.backend import BackendSpec, CheckContext, CheckResult, CheckSpec, MemoryPolicy, hookimpl, translation_hook
 from thub_plugin_art.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json); the rest is what
@@ -106,7 +105,7 @@ def _module_collision_check(_context: CheckContext) -> CheckResult:
 
 
 def _gpu_visible(_context: CheckContext) -> bool:
-    from thub.selection import cuda_visible
+    from thub.backend import cuda_visible
 
     return cuda_visible()
 

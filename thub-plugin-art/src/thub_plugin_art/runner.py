@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from thub.runner.context import RunContext
+from thub.backend import RunContext
 from thub_plugin_art.translate import translate
 
 CLEANUP_TIMEOUT = float(os.environ.get("THUB_ART_CLEANUP_TIMEOUT", "60"))
@@ -32,8 +32,7 @@ CLEANUP_TIMEOUT = float(os.environ.get("THUB_ART_CLEANUP_TIMEOUT", "60"))
 
 def load_rewards(names: list[str]) -> list[Callable[..., list[float]]]:
     """Reward callables from registered names or ``module:function`` import strings."""
-    from thub.manager import get_registry
-    from thub.specs import load_object
+    from thub.backend import get_registry, load_object
 
     registry = get_registry()
     return [registry.rewards[name].load() if name in registry.rewards else load_object(name) for name in names]
@@ -41,7 +40,7 @@ def load_rewards(names: list[str]) -> list[Callable[..., list[float]]]:
 
 def load_rollout_function(import_string: str) -> Callable[..., Any]:
     """``module:function``: an async ``f(model, task) -> art.Trajectory``."""
-    from thub.specs import load_object
+    from thub.backend import load_object
 
     function = load_object(import_string)
     if not asyncio.iscoroutinefunction(function):
@@ -56,7 +55,7 @@ def load_tasks(params: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, A
         text = path.read_text()
         rows = json.loads(text) if path.suffix == ".json" else [json.loads(line) for line in text.splitlines() if line.strip()]
         return [row if isinstance(row, dict) else {"task": row} for row in rows]
-    from thub.data import load_dataset_rows
+    from thub.backend import load_dataset_rows
 
     system = plan["loop"]["system_prompt"]
     tasks = []
@@ -155,7 +154,7 @@ async def train_loop(context: RunContext, plan: dict[str, Any], art: Any, model:
 
 
 def _read_lines(context: RunContext) -> list[dict[str, Any]]:
-    from thub.runner.metrics import read_metrics
+    from thub.backend import read_metrics
 
     return read_metrics(context.run_dir.metrics)
 

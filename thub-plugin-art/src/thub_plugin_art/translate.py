@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any
 
-from thub.errors import UsageError
+from thub.backend import UsageError
 
 BACKEND = "art"
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from thub import hookimpl
-from thub.specs import BackendSpec, translation_hook
+from thub.backend import BackendSpec, hookimpl, translation_hook
 from thub_plugin_axolotl.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).

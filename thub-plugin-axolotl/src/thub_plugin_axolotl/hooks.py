@@ -21,6 +21,6 @@ class ThubPlugin(BasePlugin):
     def add_callbacks_post_trainer(self, cfg: Any, trainer: Any) -> list[Any]:
         if CONTEXT is None:
             return []
-        from thub.runner.hf_trainer import metrics_callback
+        from thub.backend import metrics_callback
 
         return [metrics_callback(CONTEXT)]

@@ -15,8 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from thub.errors import UsageError
-from thub.runner.context import RunContext
+from thub.backend import RunContext, UsageError
 from thub_plugin_axolotl.translate import translate
 
 
@@ -53,7 +52,7 @@ def _write(path: Path, text: str) -> None:
 def write_inputs(params: dict[str, Any], plan: dict[str, Any], resume_from: str | None = None) -> int:
     """The data file and config.yaml axolotl reads; returns the row count."""
     import yaml
-    from thub.data import training_rows
+    from thub.backend import training_rows
 
     rows, locations = training_rows(params)
     data = axolotl_rows(rows, locations, plan["data"]["mode"] == "pretraining", bool(params.get("unmask_messages")))

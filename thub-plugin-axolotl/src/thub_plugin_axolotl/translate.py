@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from thub.errors import UsageError
-from thub.runner.batching import split_batch, world_size
-from thub.selection import cuda_visible
+from thub.backend import UsageError, cuda_visible, split_batch, world_size
 
 BACKEND = "axolotl"
 #: The axolotl plugin (``axolotl.integrations.base.BasePlugin``) that adds thub's Trainer callback.

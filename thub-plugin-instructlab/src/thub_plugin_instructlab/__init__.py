@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from thub import hookimpl
-from thub.specs import BackendSpec, MemoryPolicy, CheckContext, CheckResult, CheckSpec, translation_hook
+from thub.backend import BackendSpec, CheckContext, CheckResult, CheckSpec, MemoryPolicy, hookimpl, translation_hook
 from thub_plugin_instructlab.translate import BACKEND, DEFAULTS, HONOURED, MIN_SAMPLE_TOKENS, flash_attn_installed, translate
 
 # The training library first (its version is recorded in thub_run.json).
@@ -59,7 +58,7 @@ def _flash_attn_check(_context: CheckContext) -> CheckResult:
 
 
 def _gpu_visible(_context: CheckContext) -> bool:
-    from thub.selection import cuda_visible
+    from thub.backend import cuda_visible
 
     return cuda_visible()
 

@@ -98,7 +98,7 @@ def _read_lengths(path: Path) -> list[int]:
 
 def prepare(plan: dict[str, Any], params: dict[str, Any]) -> DataReport:
     """Validate, normalise and process the data into ``data.jsonl``; count what is dropped."""
-    from thub.data import load_dataset_rows
+    from thub.backend import load_dataset_rows
 
     args = plan["training_args"]
     mode = plan["data"]["mode"]

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from thub.runner.follow import PollingFollower
+from thub.backend import PollingFollower
 
 # instructlab field -> thub field (the rest of the numeric fields are kept under their own names)
 _RENAMES = {"avg_loss": "loss", "lr": "learning_rate", "gradnorm": "grad_norm", "overall_throughput": "samples_per_second"}

@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from thub.runner.context import RunContext
-from thub.runner.rootcause import root_cause_from_file
+from thub.backend import RunContext, root_cause_from_file
 from thub_plugin_instructlab.data import DataReport, prepare
 from thub_plugin_instructlab.outputs import MetricsConverter, OutputFollower, checkpoint_dirs, expected_max_steps
 from thub_plugin_instructlab.translate import translate

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from thub.errors import UsageError
+from thub.backend import UsageError
 
 BACKEND = "instructlab-training"
 
@@ -159,7 +159,7 @@ def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, s
         "data_output_dir": params.get("data_output_dir") or f"{ckpt}/data",
     }
     args.update({target: params[name] for name, target in _DIRECT.items() if params.get(name) is not None})
-    from thub.trackers import run_name
+    from thub.backend import run_name
 
     # an unnamed tracker run is named after the run directory (thub.trackers)
     for tracker, key in (("wandb", "wandb_project"), ("mlflow", "mlflow_tracking_uri")):

@@ -15,8 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from thub.errors import UsageError
-from thub.runner.context import RunContext
+from thub.backend import RunContext, UsageError
 from thub_plugin_llamafactory.translate import translate
 
 
@@ -73,7 +72,7 @@ def _write(path: Path, text: str) -> None:
 def write_inputs(params: dict[str, Any], plan: dict[str, Any]) -> int:
     """The data file, dataset_info.json and train.yaml LLaMA-Factory reads; returns the row count."""
     import yaml
-    from thub.data import training_rows
+    from thub.backend import training_rows
 
     rows, locations = training_rows(params)
     data = lf_rows(rows, locations, plan["data"]["mode"] == "pretraining", bool(params.get("unmask_messages")))
@@ -116,7 +115,7 @@ def _import_run_exp() -> Any:
 
 def run(context: RunContext) -> dict[str, Any]:
     """Prepare LLaMA-Factory's inputs, run ``run_exp`` with thub's callback; return the outcome."""
-    from thub.runner.hf_trainer import metrics_callback
+    from thub.backend import metrics_callback
 
     params = context.params
     plan = translate(context.algorithm, params)

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from thub.errors import UsageError
-from thub.runner.batching import split_batch, world_size
-from thub.runner.hf_trainer import optional_training_args, report_settings
-from thub.selection import cuda_visible
+from thub.backend import UsageError, cuda_visible, optional_training_args, report_settings, split_batch, world_size
 
 BACKEND = "llamafactory"
 #: The name of thub's prepared dataset in the generated dataset_info.json.

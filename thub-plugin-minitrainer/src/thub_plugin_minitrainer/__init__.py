@@ -12,8 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from thub import hookimpl
-from thub.specs import BackendSpec, MemoryPolicy, CheckContext, CheckResult, CheckSpec, translation_hook
+from thub.backend import BackendSpec, CheckContext, CheckResult, CheckSpec, MemoryPolicy, hookimpl, translation_hook
 from thub_plugin_minitrainer.translate import DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
@@ -58,13 +57,13 @@ thub_translate_params = translation_hook(BACKEND, translate)
 def _gpu_visible(_context: CheckContext) -> bool:
     """flash-attn is a CUDA library: without a GPU the check is "not applicable", never a failure
     whose fix (a CUDA source build) cannot work here."""
-    from thub.selection import cuda_visible
+    from thub.backend import cuda_visible
 
     return cuda_visible()
 
 
 def _attention_check(context: CheckContext) -> CheckResult:
-    from thub.selection import requirement_problem
+    from thub.backend import requirement_problem
 
     env = context.env or os.environ
     if requirement_problem("flash-attn") is None:

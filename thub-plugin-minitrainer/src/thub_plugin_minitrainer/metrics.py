@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from thub.runner.metrics import MetricsTail, MetricsWriter
+from thub.backend import MetricsTail, MetricsWriter
 
 # mini-trainer field -> thub field; other numeric fields are kept under their own names
 RENAMED = {"lr": "learning_rate", "peak_memory_usage_GB": "peak_memory_gb"}

@@ -17,8 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from thub.runner.context import RunContext
-from thub.runner.metrics import truncate_after
+from thub.backend import RunContext, truncate_after
 from thub_plugin_minitrainer.metrics import MetricsConverter, estimate_max_steps, hf_checkpoints, latest_full_state
 from thub_plugin_minitrainer.translate import TRIGGER_DIR, translate
 
@@ -27,7 +26,7 @@ POLL_SECONDS = 0.5
 
 def prepare_data(params: dict[str, Any], plan: dict[str, Any]) -> int:
     """Tokenize ``data_path`` into the JSONL mini-trainer reads; returns training items (samples or blocks)."""
-    from thub.data import DatasetSource, load_tokenizer, prepare
+    from thub.backend import DatasetSource, load_tokenizer, prepare
 
     pretraining = plan["data"]["mode"] == "pretraining"
     source = DatasetSource(params["data_path"], format=params["data_format"],

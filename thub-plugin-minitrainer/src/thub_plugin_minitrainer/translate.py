@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from thub.errors import UsageError
-from thub.launch.torchrun import torchrun_values
+from thub.backend import UsageError, torchrun_values
 
 _COMMON = frozenset({
     "num_epochs", "max_steps", "effective_batch_size", "learning_rate", "max_seq_len", "max_tokens_per_gpu",
@@ -132,7 +131,7 @@ def training_args(algorithm: str, params: Mapping[str, Any]) -> dict[str, Any]:
                  "mlflow_experiment_name", "mlflow_run_name"):
         if params.get(name):
             args[name] = params[name]
-    from thub.trackers import run_name
+    from thub.backend import run_name
 
     # an unnamed tracker run is named after the run directory (thub.trackers)
     for tracker, key in (("wandb", "wandb_project"), ("mlflow", "mlflow_tracking_uri")):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from thub import hookimpl
-from thub.specs import BackendSpec, MemoryPolicy, translation_hook
+from thub.backend import BackendSpec, MemoryPolicy, hookimpl, translation_hook
 from thub_plugin_trl.translate import DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).

@@ -8,8 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from thub.runner.context import RunContext
-from thub.runner.hf_trainer import metrics_callback, with_legacy_logging_dir
+from thub.backend import RunContext, metrics_callback, with_legacy_logging_dir
 from thub_plugin_trl.translate import translate
 
 
@@ -37,7 +36,7 @@ def _pretraining_rows(rows: list[dict[str, Any]], tokenizer: Any, block_size: in
 
 def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
     from datasets import Dataset
-    from thub.data import tokenize_chat, training_rows
+    from thub.backend import tokenize_chat, training_rows
 
     params = context.params
     rows, locations = training_rows(params)
@@ -61,7 +60,7 @@ def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> t
 
 def _grpo_dataset(context: RunContext, plan: dict[str, Any]) -> Any:
     from datasets import Dataset
-    from thub.data import training_rows
+    from thub.backend import training_rows
 
     params = context.params
     rows, _locations = training_rows(params)
@@ -77,8 +76,7 @@ def _grpo_dataset(context: RunContext, plan: dict[str, Any]) -> Any:
 
 def load_rewards(names: list[str]) -> list[Any]:
     """Reward callables from registered names or ``module:function`` import strings."""
-    from thub.manager import get_registry
-    from thub.specs import load_object
+    from thub.backend import get_registry, load_object
 
     registry = get_registry()
     functions = []

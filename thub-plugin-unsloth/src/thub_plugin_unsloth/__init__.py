@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from thub import hookimpl
-from thub.specs import BackendSpec, MemoryPolicy, CheckContext, CheckResult, CheckSpec, translation_hook
+from thub.backend import BackendSpec, CheckContext, CheckResult, CheckSpec, MemoryPolicy, hookimpl, translation_hook
 from thub_plugin_unsloth.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json). The ranges are
@@ -113,7 +112,7 @@ def _unsloth_missing() -> bool:
 
 
 def _device_check(_context: CheckContext) -> CheckResult:
-    from thub.selection import cuda_visible
+    from thub.backend import cuda_visible
 
     if cuda_visible():
         return CheckResult("ok", "an NVIDIA GPU is visible: unsloth's fast kernels are used")

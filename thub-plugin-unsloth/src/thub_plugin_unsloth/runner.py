@@ -10,8 +10,7 @@ import os
 import sys
 from typing import Any
 
-from thub.runner.context import RunContext
-from thub.runner.hf_trainer import metrics_callback, with_legacy_logging_dir
+from thub.backend import RunContext, metrics_callback, with_legacy_logging_dir
 from thub_plugin_unsloth.translate import translate
 
 _PATCHED_LATE = ("trl", "transformers", "peft")
@@ -68,7 +67,7 @@ def pretraining_rows(rows: list[dict[str, Any]], tokenizer: Any, block_size: int
 
 def prepare_rows(params: dict[str, Any], plan: dict[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
     """thub's data: chat with assistant-only labels (or all tokens), documents, or processed rows."""
-    from thub.data import load_dataset_rows, tokenize_chat
+    from thub.backend import load_dataset_rows, tokenize_chat
 
     column = params["document_column_name"]
     rows = load_dataset_rows(params["data_path"], params.get("data_format", "auto"), document_column=column)

@@ -7,8 +7,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 
-from thub import hookimpl
-from thub.specs import BackendSpec, MemoryPolicy, CheckContext, CheckResult, CheckSpec, translation_hook
+from thub.backend import BackendSpec, CheckContext, CheckResult, CheckSpec, MemoryPolicy, hookimpl, translation_hook
 from thub_plugin_verl.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
@@ -129,7 +128,7 @@ def _stale_gpu_processes_check(_context: CheckContext) -> CheckResult:
 
 
 def _gpu_visible(_context: CheckContext) -> bool:
-    from thub.selection import cuda_visible
+    from thub.backend import cuda_visible
 
     return cuda_visible()
 

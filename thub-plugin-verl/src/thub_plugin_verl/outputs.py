@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from thub.runner.follow import PollingFollower
+from thub.backend import PollingFollower
 from typing import Any
 
 # verl metric -> thub metric

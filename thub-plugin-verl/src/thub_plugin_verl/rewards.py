@@ -21,7 +21,7 @@ Rewards (import strings): {targets}
 
 import json
 
-from thub.specs import load_object
+from thub.backend import load_object
 
 TARGETS = {targets_literal}
 _FUNCTIONS = None

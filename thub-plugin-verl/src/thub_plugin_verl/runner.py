@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from thub.runner.context import RunContext
+from thub.backend import RunContext
 from thub_plugin_verl.data import prepare
 from thub_plugin_verl.outputs import MetricsConverter, OutputFollower, checkpoint_dirs
 from thub_plugin_verl.rewards import resolve_targets, write_module
@@ -36,7 +36,7 @@ def say(message: str) -> None:
 
 def preflight() -> None:
     """Stop early, with the fix, where verl cannot train."""
-    from thub.selection import cuda_visible
+    from thub.backend import cuda_visible
 
     if not cuda_visible():
         raise RuntimeError(
@@ -89,9 +89,7 @@ def export_adapters(checkpoints: list[tuple[int, Path]], python: str | None = No
 
 def run(context: RunContext) -> dict[str, Any]:
     """Train with verl according to ``translate(algorithm, params)``."""
-    from thub.data import load_dataset_rows
-    from thub.manager import get_registry
-    from thub.specs import load_object
+    from thub.backend import get_registry, load_dataset_rows, load_object
 
     params = context.params
     plan = translate(context.algorithm, params)  # parameter errors before anything else

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any
 
-from thub.errors import UsageError
+from thub.backend import UsageError
 
 BACKEND = "verl"
 MODULE = "verl.trainer.main_ppo"

@@ -1,0 +1,101 @@
+"""The backend SDK: everything a backend plugin may use from thub, in one public module.
+
+A backend plugin imports from ``thub.backend`` only (its tests may also use ``thub.testing``);
+the contract kit (:class:`thub.testing.contract.BackendContract`) fails a plugin that imports any
+other ``thub.*`` module, so that thub's internals can move without breaking plugins.
+
+    from thub.backend import BackendSpec, RunContext, UsageError, hookimpl, split_batch
+
+Importing this module is cheap: each name is looked up in the module that defines it on first
+access and never cached here, so ``from thub.backend import RunContext`` costs what
+``from thub.runner.context import RunContext`` costs, and a test that monkeypatches the defining
+module (``thub.selection.cuda_visible``) is seen by a plugin that imports the name inside a
+function. ``docs/writing-plugins.md`` lists what each name is for.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+# name -> defining module (one definition per fact: the code stays where it is)
+_EXPORTS: dict[str, str] = {
+    # registration
+    "hookimpl": "thub.hookspecs",
+    "BackendSpec": "thub.specs",
+    "MemoryPolicy": "thub.specs",
+    "CheckSpec": "thub.specs",
+    "CheckContext": "thub.specs",
+    "CheckResult": "thub.specs",
+    "translation_hook": "thub.specs",
+    "load_object": "thub.specs",
+    "get_registry": "thub.manager",
+    # errors
+    "ThubError": "thub.errors",
+    "UsageError": "thub.errors",
+    "did_you_mean": "thub.errors",
+    # the machine and installed libraries
+    "cuda_visible": "thub.selection",
+    "requirement_problem": "thub.selection",
+    "installed_version": "thub.selection",
+    # the training child
+    "RunContext": "thub.runner.context",
+    # data entry
+    "training_rows": "thub.data",
+    "load_dataset_rows": "thub.data",
+    "tokenize_chat": "thub.data",
+    "DatasetSource": "thub.data",
+    "load_tokenizer": "thub.data",
+    "prepare": "thub.data",
+    # metrics and progress
+    "MetricsWriter": "thub.runner.metrics",
+    "MetricsTail": "thub.runner.metrics",
+    "read_metrics": "thub.runner.metrics",
+    "truncate_after": "thub.runner.metrics",
+    "PollingFollower": "thub.runner.follow",
+    "root_cause_from_file": "thub.runner.rootcause",
+    # Hugging Face Trainer based libraries
+    "optional_training_args": "thub.runner.hf_trainer",
+    "report_settings": "thub.runner.hf_trainer",
+    "with_legacy_logging_dir": "thub.runner.hf_trainer",
+    "metrics_callback": "thub.runner.hf_trainer",
+    # batch split and distributed settings
+    "split_batch": "thub.runner.batching",
+    "world_size": "thub.runner.batching",
+    "torchrun_values": "thub.launch.torchrun",
+    # trackers
+    "run_name": "thub.trackers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ imports on use
+    from thub.data import DatasetSource, load_dataset_rows, load_tokenizer, prepare, tokenize_chat, training_rows
+    from thub.errors import ThubError, UsageError, did_you_mean
+    from thub.hookspecs import hookimpl
+    from thub.launch.torchrun import torchrun_values
+    from thub.manager import get_registry
+    from thub.runner.batching import split_batch, world_size
+    from thub.runner.context import RunContext
+    from thub.runner.follow import PollingFollower
+    from thub.runner.hf_trainer import (metrics_callback, optional_training_args, report_settings,
+                                        with_legacy_logging_dir)
+    from thub.runner.metrics import MetricsTail, MetricsWriter, read_metrics, truncate_after
+    from thub.runner.rootcause import root_cause_from_file
+    from thub.selection import cuda_visible, installed_version, requirement_problem
+    from thub.specs import (BackendSpec, CheckContext, CheckResult, CheckSpec, MemoryPolicy, load_object,
+                            translation_hook)
+    from thub.trackers import run_name
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'thub.backend' has no attribute {name!r} (the backend SDK exports: "
+                             f"{', '.join(__all__)})")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return [*__all__, "__doc__", "__name__"]
