@@ -301,3 +301,85 @@ def test_cluster_files_have_the_same_limits(tmp_path: Path) -> None:
         handle.truncate(10 * 1024 * 1024 + 1)
     with pytest.raises(UsageError, match="cluster file is .* MB; the limit is 10 MB"):
         load_profiles(clusters)
+
+
+# --- issue 16.2: PET_* and --nodes/--gpus-per-node are layers of resolve(), for the CLI and Python alike ----
+
+PET = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "10.0.0.7",
+       "PET_MASTER_PORT": "29511"}
+CHAT = str(Path(__file__).parents[1] / "examples" / "data" / "chat.jsonl")
+
+
+def _only_env(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(("THUB_", "PET_")):
+            monkeypatch.delenv(name)
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+
+
+def _cli_plan(thub_cli, out: Path, *more: str) -> dict:
+    import json
+
+    done = thub_cli("train", "sft", "--backend", "trl", "--model-path", "m", "--data-path", CHAT,
+                    "--ckpt-output-dir", str(out), "--effective-batch-size", "8", *more, "--dry-run", "--json")
+    assert done.exit_code == 0, (done.stdout, done.stderr, done.exception)
+    return json.loads(done.stdout)
+
+
+def test_python_api_and_cli_resolve_pet_environment_alike(thub_cli, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    import thub
+
+    _only_env(monkeypatch, PET)
+    out = tmp_path / "o"
+    api = thub.dry_run("sft", backend="trl", model_path="m", data_path=CHAT, ckpt_output_dir=str(out),
+                       effective_batch_size=8)
+    cli = _cli_plan(thub_cli, out)
+    expected = {"nnodes": (2, "env PET_NNODES"), "nproc_per_node": (2, "env PET_NPROC_PER_NODE"),
+                "node_rank": (1, "env PET_NODE_RANK"), "master_addr": ("10.0.0.7", "env PET_MASTER_ADDR"),
+                "master_port": (29511, "env PET_MASTER_PORT")}
+    for name, (value, source) in expected.items():
+        assert api["parameters"][name] == {"value": value, "source": source} == cli["parameters"][name], name
+    assert {k: p["value"] for k, p in api["parameters"].items()} == {k: p["value"] for k, p in cli["parameters"].items()}
+    assert api["translation"] == cli["translation"] and api["translation"]["world_size"] == 4
+    assert api["torchrun"] == cli["torchrun"] and api["torchrun"]["nnodes"] == {"value": 2, "source": "env PET_NNODES"}
+
+
+def test_pet_environment_is_a_layer_below_explicit_values(thub_registry, monkeypatch: pytest.MonkeyPatch,
+                                                          thub_cli, tmp_path: Path) -> None:
+    resolved = resolve(thub_registry, "sft", backend="trl", flags={**REQUIRED, "nnodes": 3},
+                       environ={**PET, "THUB_NODE_RANK": "2"})
+    assert (resolved.values()["nnodes"], resolved.sources["nnodes"]) == (3, "flag --nnodes")
+    assert (resolved.values()["node_rank"], resolved.sources["node_rank"]) == (2, "env THUB_NODE_RANK")
+    assert resolved.sources["master_port"] == "env PET_MASTER_PORT"
+    with pytest.raises(UsageError, match=r"nnodes \(from env PET_NNODES\): Input should be"):
+        resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, environ={"PET_NNODES": "two"})
+    # --nodes / --gpus-per-node are a layer too: their own source, above PET_*
+    _only_env(monkeypatch, PET)
+    cli = _cli_plan(thub_cli, tmp_path / "o", "--nodes", "1", "--gpus-per-node", "4")
+    assert cli["parameters"]["nnodes"] == {"value": 1, "source": "flag --nodes"}
+    assert cli["parameters"]["nproc_per_node"] == {"value": 4, "source": "flag --gpus-per-node"}
+    assert cli["parameters"]["node_rank"] == {"value": 1, "source": "env PET_NODE_RANK"}
+
+
+def test_cli_train_patches_no_parameter_after_resolve_and_has_no_launch_cycle() -> None:
+    import thub.cli.train
+    import thub.launch.submit
+
+    train = Path(thub.cli.train.__file__).read_text()
+    assert "apply_pet_environment" not in train and "distributed_flags" not in train
+    assert "from thub.cli.train import" not in Path(thub.launch.submit.__file__).read_text()
+
+
+def test_pet_environment_is_no_error_for_a_backend_that_does_not_start_torchrun(thub_registry) -> None:
+    # Kubeflow sets PET_* on every worker: a backend that leaves them to its library is not refused
+    # (as before PET_* became a layer), while the same value set by the user still is
+    if "unsloth" not in thub_registry.backends:
+        pytest.skip("thub-plugin-unsloth is not installed")
+    resolved = resolve(thub_registry, "lora_sft", backend="unsloth", flags=REQUIRED, environ=PET)
+    assert resolved.sources["nnodes"] == "env PET_NNODES" and not resolved.ignored
+    with pytest.raises(UsageError, match=r"nnodes \(from env THUB_NNODES\)"):
+        resolve(thub_registry, "lora_sft", backend="unsloth", flags=REQUIRED, environ={"THUB_NNODES": "2"})

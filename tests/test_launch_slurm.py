@@ -190,7 +190,7 @@ def test_dry_run_writes_and_shows_the_script_only(tmp_path: Path) -> None:
                            "--ckpt-output-dir", str(out), "--launcher", "slurm", "--nodes", "2",
                            "--gpus-per-node", "2", "--effective-batch-size", "8", "--dry-run", "--json",
                            cwd=tmp_path).stdout)
-    assert plan["parameters"]["nnodes"] == {"value": 2, "source": "flag --nnodes"}
+    assert plan["parameters"]["nnodes"] == {"value": 2, "source": "flag --nodes"}
     assert plan["translation"]["world_size"] == 4
     assert plan["translation"]["config"]["per_device_train_batch_size"] * \
         plan["translation"]["config"]["gradient_accumulation_steps"] * 4 == 8

@@ -43,10 +43,21 @@ def plan_data(resolved: ResolvedConfig) -> dict[str, Any]:
     }
 
 
+def dry_run_plan(resolved: ResolvedConfig) -> dict[str, Any]:
+    """:func:`plan_data` and, for a distributed run, the torchrun settings with their sources
+    (what ``thub train ... --dry-run --json`` prints)."""
+    from thub.launch.torchrun import is_distributed, torchrun_sources
+
+    data = plan_data(resolved)
+    if is_distributed(resolved.values()):
+        data["torchrun"] = torchrun_sources(resolved.values(), resolved.sources)
+    return data
+
+
 def dry_run(algorithm: str, *, backend: str | None = None, config: str | Path | None = None,
             allow_ignored: bool = False, **params: Any) -> dict[str, Any]:
-    """Resolve and validate; return the plan without running anything."""
-    return plan_data(_resolve(algorithm, backend, config, allow_ignored, params))
+    """Resolve and validate; return the plan without running anything (as ``--dry-run --json``)."""
+    return dry_run_plan(_resolve(algorithm, backend, config, allow_ignored, params))
 
 
 def train(algorithm: str, *, backend: str | None = None, config: str | Path | None = None,

@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from thub.cli.output import console, emit_json, stdout_console, table
+from thub.cli.output import console, emit_json
+from thub.cli.plan import show_plan
 from thub.config.fields import ParamInfo, format_value, param_infos, parse_text
 from thub.manager import get_registry
 
@@ -74,25 +75,21 @@ def _make_command(algorithm: str) -> click.Command:
         control = {k: kwargs.pop(k) for k in ("backend", "config", "overrides", "dry_run", "as_json",
                                               "allow_ignored", "overwrite", "resume", "force_launch")}
         from thub.config.resolve import resolve
-        from thub.launch.submit import LaunchOptions, distributed_flags
+        from thub.launch.options import LaunchOptions
 
         launch = LaunchOptions.pop_from(kwargs)  # --launcher/--cluster/--nodes/...: see thub.launch
         launch.check()
-        flags = _flag_values(infos, kwargs)
-        flags.update(distributed_flags(launch, flags))  # --nodes/--gpus-per-node -> nnodes/nproc_per_node
+        # --nodes/--gpus-per-node and (local launcher) PET_* are layers of resolve(), as for thub.train()
         resolved = resolve(
             registry,
             algorithm,
             backend=control["backend"],
             config_file=control["config"],
-            flags=flags,
+            flags=_flag_values(infos, kwargs),
             overrides=list(control["overrides"]),
             allow_ignored=control["allow_ignored"],
+            launch=launch,
         )
-        if launch.launcher == "local":
-            from thub.launch.torchrun import apply_pet_environment
-
-            apply_pet_environment(resolved)  # Kubeflow Trainer / plain multi-node: this node's worker
         for problem in resolved.ignored:
             console().print(f"[yellow]warning:[/yellow] ignored by {resolved.backend.name}: {problem}")
         for note in resolved.notes if not control["dry_run"] else ():  # the dry run's plan lists them
@@ -153,37 +150,6 @@ def _make_command(algorithm: str) -> click.Command:
         short_help=spec.summary,
         context_settings={"help_option_names": ["-h", "--help"], "show_default": False},
     )
-
-
-def show_plan(resolved: Any, as_json: bool, footer: str | None = "Dry run: nothing was written.") -> None:
-    from thub.api import plan_data
-    from thub.launch.torchrun import is_distributed, torchrun_sources
-
-    data = plan_data(resolved)
-    if is_distributed(resolved.values()):
-        data["torchrun"] = torchrun_sources(resolved.values(), resolved.sources)
-    if as_json:
-        emit_json(data)
-        return
-    out = stdout_console()  # a plan is what the user asked to see: stdout (`--dry-run | less`)
-    out.print(f"[bold]{data['algorithm']}[/bold] on backend [bold]{data['backend']}[/bold] ({data['backend_reason']})")
-    rows = [[name, format_value(p["value"]), p["source"]] for name, p in data["parameters"].items()]
-    table(None, ["parameter", "value", "source"], rows)
-    for note in data.get("training_hub_notes") or []:  # Training Hub names accepted as thub behaves
-        out.print(f"training-hub name {note}", markup=False)
-    out.print(f"\n[bold]Backend-native configuration ({data['backend']}):[/bold]")
-    if data["translation"] is None:
-        out.print("(this backend provides no translation)")
-    else:
-        import yaml
-
-        out.print(yaml.safe_dump(data["translation"], sort_keys=False, default_flow_style=False).rstrip(), markup=False)
-    if "torchrun" in data:
-        out.print("\n[bold]torchrun settings[/bold] (explicit > PET_* environment > defaults):")
-        table(None, ["setting", "value", "source"],
-              [[k, format_value(v["value"]), v["source"]] for k, v in data["torchrun"].items()])
-    if footer:
-        out.print(f"\n[dim]{footer}[/dim]")
 
 
 def _warn_unknown_variables() -> None:

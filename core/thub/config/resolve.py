@@ -1,8 +1,9 @@
 """Resolve a run's parameters from every layer, recording where each value came from.
 
-Precedence, lowest first: algorithm defaults < backend defaults < config file < ``THUB_*``
-environment < CLI flags < ``--set key=value`` (the Python API's keyword arguments rank as
-flags). Unknown keys, invalid values and parameters the backend does not honour are
+Precedence, lowest first: algorithm defaults < backend defaults < ``PET_*`` environment
+(Kubeflow Trainer's distributed settings, local launcher only) < config file < ``THUB_*``
+environment < CLI flags < ``--nodes``/``--gpus-per-node`` < ``--set key=value`` (the Python API's
+keyword arguments rank as flags). The CLI and the Python API resolve through here alike. Unknown keys, invalid values and parameters the backend does not honour are
 :class:`~thub.errors.UsageError`\\ s that name the file, line and field.
 """
 
@@ -101,6 +102,15 @@ def env_layer(infos: dict[str, ParamInfo], environ: Mapping[str, str]) -> dict[s
     return layer
 
 
+def pet_layer(infos: dict[str, ParamInfo], environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    """``PET_NNODES``, ``PET_NPROC_PER_NODE``, ... (Kubeflow Trainer sets them on every worker):
+    this node's distributed settings, below every explicit value."""
+    from thub.launch.torchrun import PET_VARIABLES
+
+    return {name: (parse_text(infos[name], environ[variable]), f"env {variable}")
+            for name, variable in PET_VARIABLES.items() if name in infos and variable in environ}
+
+
 def parse_overrides(pairs: list[str], infos: dict[str, ParamInfo]) -> dict[str, tuple[Any, str]]:
     """``--set key=value`` pairs."""
     layer = {}
@@ -171,8 +181,14 @@ def resolve(
     overrides: list[str] | None = None,
     flag_label: str = "flag",
     allow_ignored: bool = False,
+    launch: Any = None,
 ) -> ResolvedConfig:
-    """Merge all layers, validate with the algorithm's model and check the backend honours them."""
+    """Merge all layers, validate with the algorithm's model and check the backend honours them.
+
+    ``launch``: ``thub train``'s launcher options (:class:`thub.launch.options.LaunchOptions`);
+    ``None`` is the local launcher without ``--nodes``/``--gpus-per-node`` (the Python API).
+    ``PET_*`` variables count on the local launcher only (they describe this node's worker).
+    """
     from thub.selection import choose_backend
 
     spec = registry.algorithm(algorithm)
@@ -189,17 +205,21 @@ def resolve(
             f"{config.where('algorithm')}: config is for algorithm {config.values['algorithm']!r}, not {algorithm!r}"
         )
     chosen, reason = choose_backend(registry, algorithm, backend)
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    local = launch is None or launch.launcher == "local"
 
     layers: list[dict[str, tuple[Any, str]]] = [
         {k: (v, f"backend {chosen.name}") for k, v in chosen.defaults_for(algorithm).items() if k in infos},
+        pet_layer(infos, environ) if local else {},
         _layer_from_mapping(config.values, names, config.where, texts=False) if config else {},
         env_layer(infos, environ),
         _layer_from_mapping(
-            {k: v for k, v in (flags or {}).items() if v is not None},
+            given,
             names,
             lambda k: f"{flag_label} {infos[k].option if flag_label == 'flag' and k in infos else k}",
             texts=False,
         ),
+        _distributed_layer(launch, given, infos),
         parse_overrides(list(overrides or []), names),
     ]
     layers, notes = training_hub.translate_layers(spec.name, layers, infos)
@@ -220,6 +240,15 @@ def resolve(
     return resolved
 
 
+def _distributed_layer(launch: Any, flags: Mapping[str, Any], infos: dict[str, ParamInfo]) -> dict[str, tuple[Any, str]]:
+    """``--nodes``/``--gpus-per-node`` (and SLURM's agents per node): :mod:`thub.launch.options`."""
+    if launch is None:
+        return {}
+    from thub.launch.options import distributed_layer
+
+    return {k: v for k, v in distributed_layer(launch, flags).items() if k in infos}
+
+
 def _check_honoured(registry: Registry, resolved: ResolvedConfig, allow_ignored: bool) -> None:
     """A parameter the user set that the backend does not honour is an error, never a drop."""
     algorithm, backend = resolved.algorithm.name, resolved.backend
@@ -228,7 +257,10 @@ def _check_honoured(registry: Registry, resolved: ResolvedConfig, allow_ignored:
     # a tracker the backend's library does not log, thub logs from the parent (thub.trackers)
     honoured = backend.honours(algorithm) | CORE_HANDLED | parent_logged_params(backend, algorithm)
     problems = []
-    for name in sorted(resolved.user_set() - honoured):
+    # PET_* describe the machine (Kubeflow sets them on every worker), not a request of the user:
+    # a backend that does not start torchrun leaves them to its library, as before they were layers
+    asked = {name for name in resolved.user_set() if not resolved.sources[name].startswith("env PET_")}
+    for name in sorted(asked - honoured):
         others = [b.name for b in registry.backends_for(algorithm) if name in b.honours(algorithm)]
         hint = f"backends that do: {', '.join(others)}" if others else "no installed backend honours it"
         problems.append(f"{name} (from {resolved.sources[name]}): {hint}")

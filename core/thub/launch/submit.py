@@ -11,71 +11,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from thub.errors import UsageError
-
-
-@dataclass
-class LaunchOptions:
-    """The launcher flags of ``thub train``."""
-
-    launcher: str = "local"
-    cluster: str | None = None
-    cluster_file: str | None = None
-    nodes: int | None = None
-    gpus_per_node: int | None = None
-    time: str | None = None
-    max_restarts: int = 0
-
-    @classmethod
-    def pop_from(cls, kwargs: dict[str, Any]) -> LaunchOptions:
-        """Take the launcher options out of a click callback's keyword arguments."""
-        return cls(launcher=kwargs.pop("launcher") or "local", cluster=kwargs.pop("cluster"),
-                   cluster_file=kwargs.pop("cluster_file"), nodes=kwargs.pop("nodes"),
-                   gpus_per_node=kwargs.pop("gpus_per_node"), time=kwargs.pop("time_limit"),
-                   max_restarts=kwargs.pop("max_restarts") or 0)
-
-    def check(self) -> None:
-        if self.launcher == "local":
-            used = [flag for flag, value in (("--cluster", self.cluster), ("--cluster-file", self.cluster_file),
-                                             ("--time", self.time), ("--max-restarts", self.max_restarts or None))
-                    if value is not None]
-            if used:
-                raise UsageError(f"{', '.join(used)} only apply with --launcher slurm")
-        elif not self.cluster:
-            self.cluster = "local"
-
-    def profile(self) -> Any:
-        from thub.launch.profiles import get_profile
-
-        return get_profile(self.cluster or "local", self.cluster_file)
-
-
-def distributed_flags(options: LaunchOptions, flags: dict[str, Any]) -> dict[str, Any]:
-    """``--nodes`` -> ``nnodes`` and ``--gpus-per-node`` -> ``nproc_per_node``.
-
-    Going through the ordinary parameters keeps ``effective_batch_size`` fixed: the backend
-    splits it over nnodes x nproc_per_node and an inexact split names the nearest valid values.
-    Under SLURM ``nnodes`` counts torchrun agents (nodes x the profile's tasks_per_node).
-    """
-    out: dict[str, Any] = {}
-    nodes, procs = options.nodes, options.gpus_per_node
-    if options.launcher == "slurm":
-        profile = options.profile()
-        procs = procs or flags.get("nproc_per_node") or profile.gpus_per_node or 1
-        if not isinstance(procs, int):
-            raise UsageError("--launcher slurm needs a number of processes per node (--gpus-per-node N)")
-        nodes = (nodes or flags.get("nnodes") or 1) * profile.tasks_per_node
-    for name, flag, value in (("nnodes", "--nodes", nodes), ("nproc_per_node", "--gpus-per-node", procs)):
-        if value is None:
-            continue
-        if flags.get(name) not in (None, value) and options.launcher != "slurm":
-            raise UsageError(f"{flag} {value} disagrees with --{name.replace('_', '-')} {flags[name]}")
-        out[name] = value
-    return out
+from thub.launch.options import LaunchOptions
 
 
 def _absolute_paths(resolved: Any) -> None:
@@ -131,7 +70,7 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
               "sbatch": commands, "warnings": notes}
     if dry_run:
         from thub.api import plan_data
-        from thub.cli.train import show_plan
+        from thub.cli.plan import show_plan
 
         slurm.write_script(request)
         if as_json:

@@ -21,6 +21,10 @@ _FLAGS = {
     "master_port": ("--master-port", "PET_MASTER_PORT"),
 }
 
+#: thub parameter -> the ``PET_*`` variable that sets it: a layer of
+#: :func:`thub.config.resolve.resolve` (source ``env PET_NNODES``), below explicit values
+PET_VARIABLES = {name: variable for name, (_flag, variable) in _FLAGS.items()}
+
 
 def torchrun_values(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The effective torchrun settings with the precedence above."""
@@ -73,37 +77,6 @@ def is_head_node(environ: Mapping[str, str] | None = None) -> bool:
     """Whether this node owns the run's result: node rank 0, or not a multi-node launch at all."""
     environ = os.environ if environ is None else environ
     return str(environ.get("PET_NODE_RANK", "0")).strip() in ("", "0")
-
-
-def apply_pet_environment(resolved: Any, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Fill distributed parameters still at their defaults from ``PET_*`` (Kubeflow Trainer).
-
-    The worker then splits ``effective_batch_size`` over the real world size, and ``--dry-run``
-    shows ``env PET_NNODES`` etc. as the source. Explicit values (config, THUB_*, flags, --set)
-    win. Returns the names filled in. ``resolved`` is a :class:`thub.config.resolve.ResolvedConfig`.
-    """
-    from thub.config.fields import param_infos, parse_text
-
-    environ = os.environ if environ is None else environ
-    infos = param_infos(type(resolved.params))
-    updates: dict[str, Any] = {}
-    for name, (_flag, variable) in _FLAGS.items():
-        if name in infos and variable in environ and resolved.sources.get(name, "default") == "default":
-            updates[name] = parse_text(infos[name], environ[variable])
-    if updates:
-        from thub.errors import UsageError
-
-        for name, value in updates.items():
-            # a whole-model re-validation could trip unrelated cross-field checks: check each one
-            wants_int = int in infos[name].base_types
-            if wants_int and not (isinstance(value, int) or value in ("auto", "gpu") and name == "nproc_per_node"):
-                raise UsageError(f"{_FLAGS[name][1]}={environ[_FLAGS[name][1]]!r}: expected an integer")
-            if name in ("rdzv_id", "rdzv_endpoint", "master_addr"):
-                updates[name] = str(value)
-        resolved.params = resolved.params.model_copy(update=updates)
-        for name in updates:
-            resolved.sources[name] = f"env {_FLAGS[name][1]}"
-    return sorted(updates)
 
 
 def is_distributed(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> bool:

@@ -1,0 +1,41 @@
+"""The dry-run plan on screen: ``thub train ... --dry-run`` (local and ``--launcher slurm``).
+
+Apart from :mod:`thub.cli.train` so that :mod:`thub.launch.submit` shows a plan without importing
+the train command (which imports the launcher: no import cycle).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from thub.cli.output import emit_json, stdout_console, table
+from thub.config.fields import format_value
+
+
+def show_plan(resolved: Any, as_json: bool, footer: str | None = "Dry run: nothing was written.") -> None:
+    """Print the dry-run plan (``thub.dry_run``'s, the same data) as tables, or as JSON."""
+    from thub.api import dry_run_plan
+
+    data = dry_run_plan(resolved)
+    if as_json:
+        emit_json(data)
+        return
+    out = stdout_console()  # a plan is what the user asked to see: stdout (`--dry-run | less`)
+    out.print(f"[bold]{data['algorithm']}[/bold] on backend [bold]{data['backend']}[/bold] ({data['backend_reason']})")
+    rows = [[name, format_value(p["value"]), p["source"]] for name, p in data["parameters"].items()]
+    table(None, ["parameter", "value", "source"], rows)
+    for note in data.get("training_hub_notes") or []:  # Training Hub names accepted as thub behaves
+        out.print(f"training-hub name {note}", markup=False)
+    out.print(f"\n[bold]Backend-native configuration ({data['backend']}):[/bold]")
+    if data["translation"] is None:
+        out.print("(this backend provides no translation)")
+    else:
+        import yaml
+
+        out.print(yaml.safe_dump(data["translation"], sort_keys=False, default_flow_style=False).rstrip(), markup=False)
+    if "torchrun" in data:
+        out.print("\n[bold]torchrun settings[/bold] (explicit > PET_* environment > defaults):")
+        table(None, ["setting", "value", "source"],
+              [[k, format_value(v["value"]), v["source"]] for k, v in data["torchrun"].items()])
+    if footer:
+        out.print(f"\n[dim]{footer}[/dim]")
