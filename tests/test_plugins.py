@@ -305,3 +305,31 @@ def test_a_failed_plugin_receives_no_run_events(thub_plugin, capsys) -> None:
     assert [f.stage for f in registry.failures if f.name == "half"] == ["register backends"]
     registry.fire(RunEvent("started", "/tmp/x", "sft", "trl"))
     assert broken.events == [] and [e.kind for e in healthy.events] == ["started"]
+
+
+def test_a_backend_spec_names_its_translate_function(thub_plugin, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 16.1: the translation next to the runner, no hook needed; a wrapper still wraps it
+    (tmp_path / "toyt_translate.py").write_text("def translate(algorithm, params):\n"
+                                                "    return {'algorithm': algorithm, 'lr': params['learning_rate']}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class Named:
+        @hookimpl
+        def thub_register_algorithms(self, register):
+            register(AlgorithmSpec("toyt", "a toy algorithm", "thub_builtins.params:SFTParams"))
+
+        @hookimpl
+        def thub_register_backends(self, register):
+            register(BackendSpec("toytb", "toy backend", {"toyt": frozenset({"learning_rate"})}, "x:run",
+                                 translate="toyt_translate:translate"))
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def thub_translate_params(self, algorithm, backend, params):
+            native = yield
+            return {**native, "wrapped": True} if backend == "toytb" else native
+
+    registry = thub_plugin(("named", Named()), ("wrapper", Wrapper()), entry_points=False)
+    assert registry.translate("toyt", "toytb", {"learning_rate": 0.1}) == {"algorithm": "toyt", "lr": 0.1,
+                                                                          "wrapped": True}

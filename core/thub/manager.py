@@ -25,7 +25,7 @@ import pluggy
 
 from thub import hookspecs
 from thub.discovery import PluginEntryPoint, entry_points
-from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, Provenance, RewardSpec, RunEvent
+from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, Provenance, RewardSpec, RunEvent, load_object
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "thub_builtins.algorithms",
@@ -136,6 +136,17 @@ class Registry:
             from thub.envs.remote import translate_in_env
 
             return translate_in_env(self.backends[backend].python or "", algorithm, backend, params)
+        spec = self.backends.get(backend)
+        if spec is not None and spec.translate:
+            # the spec's own translate answers first; wrappers (wrapper=True) still wrap it
+            named = spec.translate
+
+            def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) -> Any:
+                return load_object(named)(algorithm, params)
+
+            return self.pm.hook.thub_translate_params.call_extra(
+                [thub_translate_params], {"algorithm": algorithm, "backend": backend, "params": params}
+            )
         return self.pm.hook.thub_translate_params(
             algorithm=algorithm, backend=backend, params=params
         )

@@ -110,6 +110,10 @@ class BackendSpec(_Registered):
         algorithms: algorithm name -> the parameter names this backend honours for it.
             A parameter the user sets that is not listed here is an error, never a silent drop.
         runner: import string of ``run(context) -> None``, imported only in the training child.
+        translate: import string of ``translate(algorithm, params) -> dict``, the function the
+            runner builds its configuration with (``--dry-run`` shows it). ``None``: a
+            ``thub_translate_params`` hook answers (:func:`translation_hook`); that hook stays for
+            wrapping another backend's translation (``@hookimpl(wrapper=True)``).
         requirements: distribution specifiers (PEP 508) the runner needs, checked from metadata.
         needs_cuda: True when the backend cannot train without an NVIDIA GPU.
         priority: higher wins when no ``--backend`` is given and several can run here.
@@ -129,6 +133,7 @@ class BackendSpec(_Registered):
     summary: str
     algorithms: Mapping[str, frozenset[str]]
     runner: str
+    translate: str | None = None
     requirements: tuple[str, ...] = ()
     needs_cuda: bool = False
     priority: int = 0
