@@ -38,7 +38,8 @@ ART_FIELDS = {
                     "enforce_eager"},
     "peft_args": {"r", "lora_alpha", "lora_dropout", "use_rslora", "random_state", "use_gradient_checkpointing",
                   "target_modules"},
-    "trainer_args": {"seed", "max_grad_norm", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon"},
+    "trainer_args": {"seed", "max_grad_norm", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+                     "gradient_checkpointing"},
 }
 
 
@@ -467,3 +468,125 @@ def test_max_steps_reaches_the_metrics(tmp_path: Path, arithmetic: Path) -> None
 
 def test_lora_alpha_default_is_thubs() -> None:
     assert _plan()["internal_config"]["peft_args"]["lora_alpha"] == 32  # ART's own default is 16
+
+
+# --- unset means the library's default (issue 14.3) -------------------------------------------
+
+def _literal_keywords(call: ast.Call) -> dict[str, Any]:
+    """A call's keyword arguments whose values are literals (the others, e.g. ``model=base_model``, are not defaults)."""
+    found = {}
+    for keyword in call.keywords:
+        try:
+            found[keyword.arg] = ast.literal_eval(keyword.value)
+        except ValueError:
+            continue
+    return found
+
+
+def _art_config_defaults() -> dict[str, dict[str, Any]]:
+    """ART's own internal-config defaults: the literal keywords of ``InitArgs(...)``, ``EngineArgs(...)``,
+    ``PeftArgs(...)`` and ``TrainerArgs(...)`` in ``art/dev/get_model_config.py``, which ART then
+    ``update``s with the user's ``_internal_config`` (read, not imported: the module imports megatron)."""
+    path = ART_SOURCE / "art" / "dev" / "get_model_config.py"
+    if not path.exists():
+        pytest.skip(f"openpipe-art 0.5.18 is not unpacked at {ART_SOURCE} (see .ci/run)")
+    source = path.read_text()
+    assert ".update(config.get(" in source  # the user's sections override these defaults key by key
+    sections = {"InitArgs": "init_args", "EngineArgs": "engine_args", "PeftArgs": "peft_args",
+                "TrainerArgs": "trainer_args"}
+    defaults: dict[str, dict[str, Any]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in sections:
+            defaults[sections[node.func.id]] = _literal_keywords(node)
+    assert set(defaults) == set(sections.values()), defaults
+    return defaults
+
+
+def _signature_defaults(path: Path, cls: str, method: str) -> dict[str, Any]:
+    """The literal defaults of ``cls.method``'s parameters (ART's own signature, read from the wheel)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == method:
+                    args = item.args
+                    pairs = [*zip(args.args[len(args.args) - len(args.defaults):], args.defaults),
+                             *zip(args.kwonlyargs, args.kw_defaults)]
+                    return {arg.arg: ast.literal_eval(value) for arg, value in pairs if value is not None}
+    raise AssertionError(f"{cls}.{method} not found in {path}")
+
+
+# Where ART's get_model_config gives no default, the key goes as it is to the library ART hands the
+# section to (art/unsloth/train.py: FastLanguageModel.from_pretrained(**init_args),
+# get_peft_model(model, **peft_args), GRPOConfig(**trainer_args); vLLM's engine from engine_args).
+# Neither Unsloth 2026.3.3 (pinned by ART's [backend] extra) nor vLLM 0.20 (ART's bundled runtime,
+# art/_vllm_runtime/uv.lock) is installed here: their signature / EngineArgs defaults.
+LIBRARY_DEFAULTS = {
+    "init_args": {"load_in_8bit": False, "trust_remote_code": False, "random_state": 3407,
+                  "use_gradient_checkpointing": "unsloth"},
+    "peft_args": {"lora_dropout": 0.0, "use_rslora": False},
+    "engine_args": {"trust_remote_code": False, "gpu_memory_utilization": 0.9, "seed": 0},
+}
+
+# Every value a required-only translation writes that differs from ART's own default, and why.
+# Anything else differing is a silent change of meaning.
+SET_ON_PURPOSE = {
+    ("init_args", "load_in_4bit"): "thub's load_in_4bit defaults to false on every backend (ART's own is 4-bit)",
+    ("init_args", "random_state"): "thub's declared seed (42): one seed for sampling, Unsloth, vLLM, trainer",
+    ("peft_args", "random_state"): "thub's declared seed, as above",
+    ("engine_args", "seed"): "thub's declared seed, as above",
+    ("engine_args", "gpu_memory_utilization"): "backend default 0.45: vLLM's 0.9 runs out of memory next to the trainer",
+    ("peft_args", "r"): "thub's shared LoRA default r 16 (ART's 8), shown in --dry-run",
+    ("peft_args", "lora_alpha"): "thub's shared LoRA default alpha 32 (ART's 16), shown in --dry-run",
+    ("train", "learning_rate"): "backend default 1e-5 (Training Hub's ART value; ART's train() 5e-6)",
+    ("model", "base_path"): "thub's run layout: {ckpt_output_dir}/.art",
+    ("backend", "path"): "thub's run layout: {ckpt_output_dir}/.art",
+    ("backend", "in_process"): "thub's supervised child is the process ART runs in (README: How a run goes)",
+}
+
+
+def test_unset_parameters_leave_arts_defaults() -> None:
+    """Translating only the required parameters: every key thub writes equals ART's own default
+    (its get_model_config defaults, its signatures' defaults, or the default of the library ART
+    hands the key to) unless it is in SET_ON_PURPOSE; a key thub need not write is left out."""
+    import dataclasses
+
+    import trl
+
+    plan = _plan(reward=["math"])
+    art_dir = ART_SOURCE / "art"
+    defaults = _art_config_defaults()
+    for section, library in LIBRARY_DEFAULTS.items():
+        defaults[section] = {**library, **defaults[section]}
+    defaults["trainer_args"] = {**{f.name: f.default for f in dataclasses.fields(trl.GRPOConfig)
+                                   if f.default is not dataclasses.MISSING}, **defaults["trainer_args"]}
+    defaults["model"] = _signature_defaults(art_dir / "model.py", "TrainableModel", "__init__")
+    defaults["backend"] = _signature_defaults(art_dir / "local" / "backend.py", "LocalBackend", "__init__")
+    defaults["train"] = _signature_defaults(art_dir / "local" / "backend.py", "LocalBackend", "train")
+    written = {**{(s, k): v for s, section in plan["internal_config"].items() for k, v in section.items()},
+               **{(s, k): v for s in ("model", "backend", "train") for k, v in plan[s].items()}}
+    required = {("model", "name"), ("model", "project"), ("model", "base_model")}  # no default in ART
+    unknown = {key for key in written if key[1] not in defaults[key[0]]} - required
+    assert not unknown, f"keys thub writes with no known ART default: {sorted(unknown)}"
+    differing = {key for key in written if key not in required and written[key] != defaults[key[0]][key[1]]}
+    assert differing == set(SET_ON_PURPOSE), {key: (written.get(key), defaults[key[0]].get(key[1]))
+                                              for key in differing ^ set(SET_ON_PURPOSE)}
+    # unset optimiser / length / module / engine switches: not written at all, ART's own values apply
+    for section, key in (("trainer_args", "weight_decay"), ("trainer_args", "adam_beta1"),
+                         ("trainer_args", "adam_beta2"), ("trainer_args", "adam_epsilon"),
+                         ("init_args", "max_seq_length"), ("engine_args", "max_model_len"),
+                         ("peft_args", "target_modules"), ("engine_args", "enforce_eager"),
+                         ("engine_args", "max_lora_rank")):
+        assert key not in plan["internal_config"][section], (section, key)
+
+
+def test_gradient_checkpointing_false_reaches_arts_trainer_too() -> None:
+    """ART's trainer_args default ``gradient_checkpointing=True`` (get_model_config) makes TRL's
+    Trainer enable checkpointing on the model whatever Unsloth was told: a user's false must reach
+    it as well; unset leaves ART's own values everywhere."""
+    assert _art_config_defaults()["trainer_args"]["gradient_checkpointing"] is True
+    config = _plan(gradient_checkpointing=False)["internal_config"]
+    assert config["init_args"]["use_gradient_checkpointing"] is False
+    assert config["peft_args"]["use_gradient_checkpointing"] is False
+    assert config["trainer_args"]["gradient_checkpointing"] is False
+    for flags in ({}, {"gradient_checkpointing": True}):
+        assert "gradient_checkpointing" not in _plan(**flags)["internal_config"]["trainer_args"]

@@ -138,6 +138,10 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     if params.get("target_modules"):
         peft_args["target_modules"] = list(params["target_modules"])  # else ART's per-architecture default
     trainer_args: dict[str, Any] = {"seed": params["seed"]}
+    if gradient_checkpointing is False:
+        # ART's own trainer_args say gradient_checkpointing=True, and TRL's Trainer then enables it on
+        # the model whatever Unsloth was told: a user's false must reach the trainer too
+        trainer_args["gradient_checkpointing"] = False
     optional = {"max_grad_norm": "max_grad_norm", "weight_decay": "weight_decay", "beta1": "adam_beta1",
                 "beta2": "adam_beta2", "eps": "adam_epsilon"}
     trainer_args.update({target: params[name] for name, target in optional.items() if params.get(name) is not None})
