@@ -100,7 +100,7 @@ def test_side_by_side_envs_listed_with_their_location(trl_env: dict, pinned_env:
     assert next(b for b in shown["backends"] if b["name"] == "trl")["environment"] == "current"
     assert any("'trl' is hidden" in note for note in shown["shadowed"])
     table = thub("backends", data_dir=data_dir, env=HIDE_LOCAL_TRL)
-    assert "env trl" in table.stderr
+    assert "env trl" in table.stdout  # a listing: stdout (pip, git, kubectl)
 
 
 def test_demo_trained_through_managed_env(trl_env: dict, tiny_model: Path, demo_data: Path, tmp_path: Path,

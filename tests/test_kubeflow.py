@@ -302,7 +302,9 @@ def test_sigterm_stops_a_run_whose_status_endpoint_hangs(make_server: Any, tiny_
         deadline = time.time() + 180
         metrics = out / "training_metrics.jsonl"
         while time.time() < deadline and process.poll() is None:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            # training is under way and a status POST is hanging (the worker thread sends it a
+            # moment after the metrics line that triggered it)
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 3 and hang.arrived.is_set():
                 break
             time.sleep(0.1)
         assert process.poll() is None and hang.arrived.is_set(), process.poll()
