@@ -45,7 +45,8 @@ def test_readme_has_two_commands_and_ci_runs_them() -> None:
           if line.strip() and not line.lstrip().startswith("#")]
     assert ci[-2:] == commands, ci
     assert not any("pip install" in line for line in ci), "install lines belong in scripts/test-all.sh"
-    assert "download.pytorch.org/whl/cpu" in readme and "15 minutes" in readme and '-m "not slow"' in readme
+    assert "download.pytorch.org/whl/cpu" in readme and '-m "not slow"' in readme
+    assert re.search(r"whole suite.{0,80}?about \d+ minutes", readme, re.S), "the README says how long the tests take"
 
 
 def test_setup_takes_cpu_torch_and_test_all_installs_then_tests() -> None:
