@@ -54,6 +54,20 @@ def fingerprint() -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
+def mtime(path: str) -> int | None:
+    """``path``'s modification time in nanoseconds, or None when it cannot be read."""
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def unchanged(files: dict[str, int | None]) -> bool:
+    """Whether every file of ``files`` (path -> :func:`mtime` when a cache entry was written)
+    still has that modification time: how both caches notice an edited plugin."""
+    return all(mtime(path) == recorded for path, recorded in files.items())
+
+
 def read_cache(name: str, key: str) -> Any | None:
     """The value stored under ``name`` if it was stored with ``key``, else None."""
     try:

@@ -207,7 +207,7 @@ def _train_help(argv: list[str]) -> bool:
         return False
     if any(name.startswith("THUB_") for name in os.environ):
         return False
-    from thub.discovery import fingerprint, read_cache, write_cache
+    from thub.discovery import fingerprint, read_cache, unchanged, write_cache
 
     width = shutil.get_terminal_size().columns
     key = f"{fingerprint()}:{width}:{__version__}:{argv[1]}"
@@ -215,11 +215,10 @@ def _train_help(argv: list[str]) -> bool:
     sources = _help_sources()
     hit = read_cache(name, key)
     try:
-        if isinstance(hit, dict) and hit["sources"] == {k: v for k, v in sources.items()} and all(
-                os.path.exists(path) and os.stat(path).st_mtime_ns == mtime for path, mtime in hit["plugins"].items()):
+        if isinstance(hit, dict) and hit["sources"] == sources and unchanged(hit["plugins"]):
             click.echo(hit["text"])
             return True
-    except (KeyError, TypeError, OSError):
+    except (KeyError, TypeError, AttributeError):
         pass
     try:
         # the contexts click builds for `thub train ALGO --help` (same settings, so the same page)
@@ -234,10 +233,10 @@ def _train_help(argv: list[str]) -> bool:
         text = click.Context(command, info_name=argv[1], parent=middle, **command.context_settings).get_help()
     except Exception:  # noqa: BLE001 - click reports the problem the usual way
         return False
-    from thub.cli.plugin_commands import _plugin_files
+    from thub.cli.plugin_commands import plugin_files
     from thub.manager import get_registry
 
-    write_cache(name, key, {"text": text, "sources": sources, "plugins": _plugin_files(get_registry())})
+    write_cache(name, key, {"text": text, "sources": sources, "plugins": plugin_files(get_registry())})
     click.echo(text)
     return True
 

@@ -10,20 +10,12 @@ rewrites the cache. Running a plugin command always loads the real registry.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
-from thub.discovery import fingerprint, read_cache, write_cache
+from thub.discovery import fingerprint, mtime, read_cache, unchanged, write_cache
 
 CACHE_NAME = "plugin-commands.json"
-
-
-def _mtime(path: str) -> int | None:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
 
 
 def _loaded_registry() -> Any | None:
@@ -40,7 +32,7 @@ def listing() -> dict[str, str]:
     key = fingerprint()
     cached = read_cache(CACHE_NAME, key)
     try:
-        if cached is not None and all(_mtime(path) == mtime for path, mtime in cached["files"].items()):
+        if cached is not None and unchanged(cached["files"]):
             return {str(name): str(text) for name, text in cached["commands"].items()}
     except (KeyError, TypeError, AttributeError):
         pass
@@ -48,7 +40,7 @@ def listing() -> dict[str, str]:
 
     registry = get_registry()
     found = _short_helps(registry)
-    write_cache(CACHE_NAME, key, {"files": _plugin_files(registry), "commands": found})
+    write_cache(CACHE_NAME, key, {"files": plugin_files(registry), "commands": found})
     return found
 
 
@@ -56,7 +48,7 @@ def _short_helps(registry: Any) -> dict[str, str]:
     return {name: command.get_short_help_str(limit=300) for name, command in registry.commands.items()}
 
 
-def _plugin_files(registry: Any) -> dict[str, int | None]:
+def plugin_files(registry: Any) -> dict[str, int | None]:
     """Source files of the external plugins: editing one (say, adding a command) invalidates."""
     files: dict[str, int | None] = {}
     for info in registry.plugins.values():
@@ -65,5 +57,5 @@ def _plugin_files(registry: Any) -> dict[str, int | None]:
         plugin = registry.pm.get_plugin(info.name)
         path = getattr(plugin, "__file__", None) or getattr(sys.modules.get(type(plugin).__module__), "__file__", None)
         if path:
-            files[path] = _mtime(path)
+            files[path] = mtime(path)
     return files
