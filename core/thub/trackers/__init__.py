@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from thub.redact import redact_value  # the one redaction (standard library only)
+
 if TYPE_CHECKING:
     from thub.specs import BackendSpec
 
@@ -105,14 +107,6 @@ def wandb_dir(params: Mapping[str, Any], environ: Mapping[str, str] | None = Non
     """Where W&B keeps its local files: ``WANDB_DIR`` if set, else the run directory."""
     environ = os.environ if environ is None else environ
     return environ.get("WANDB_DIR") or str(params["ckpt_output_dir"])
-
-
-def redact_value(name: str, value: Any) -> Any:
-    """``value`` fit to be logged under ``name`` (:func:`thub.redact.redact`: secret-named values by
-    whole words of the name, URI credentials, ``?token=`` query values)."""
-    from thub.redact import redact
-
-    return redact(value, name)
 
 
 def run_metadata(record: Mapping[str, Any]) -> dict[str, Any]:
