@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from thub.trackers import BY_NAME, metadata_markdown, run_metadata, run_name, update_record, wandb_dir
+from thub.trackers import BY_NAME, metadata_markdown, read_record, run_metadata, run_name, update_record, wandb_dir
 
 # fields of a metrics line that are bookkeeping, not metrics
 SKIP_FIELDS = frozenset({"step", "max_steps", "timestamp"})
@@ -205,7 +205,7 @@ class ParentSink:
         params = real_values({name: entry.get("value") for name, entry in (record.get("parameters") or {}).items()},
                              run_dir)
         metadata = run_metadata(record)
-        previous = _read_previous(run_dir) if resume else {}
+        previous = read_record(run_dir) if resume else {}
         for name in trackers:
             try:
                 writer = open_writer(name, params, metadata, previous.get(name))
@@ -234,12 +234,6 @@ class ParentSink:
             except Exception as exc:  # noqa: BLE001
                 _warn(name, "could not close its run", exc)
         self.writers.clear()
-
-
-def _read_previous(run_dir: str) -> dict[str, Any]:
-    from thub.trackers import read_record
-
-    return read_record(run_dir)
 
 
 def _warn(tracker: str, what: str, exc: BaseException) -> None:
