@@ -8,8 +8,9 @@ algorithm's parameters, and ``THUB_<BACKEND>_*`` settings of a backend plugin.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
+
+from thub.errors import closest
 
 #: thub's own settings (the parameters' ``THUB_<NAME>`` come from their models).
 SETTINGS: dict[str, str] = {
@@ -74,8 +75,7 @@ def unknown_variables(environ: Mapping[str, str], known: Iterable[str] | None = 
     for name in set_names:
         if name in known or (prefixes and name.startswith(prefixes)):
             continue
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
-        found.append((name, close[0] if close else None))
+        found.append((name, closest(name, sorted(known), cutoff=0.75)))
     return found
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -18,7 +17,15 @@ class UsageError(ThubError):
     exit_code = 2
 
 
+def closest(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The candidate most like ``name`` (difflib ratio >= ``cutoff``), or None."""
+    import difflib  # on use: the CLI imports this module at start-up
+
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """``" (did you mean 'x'?)"`` for the closest candidate, or ``""``."""
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest(name, candidates)
+    return f" (did you mean {close!r}?)" if close is not None else ""
