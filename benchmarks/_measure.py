@@ -1,10 +1,12 @@
-"""Shared measurement helpers for the benchmarks: wall time and peak RSS of a command."""
+"""Shared measurement helpers for the benchmarks: wall time and peak RSS of a command, and the
+same tiny TRL SFT run as a bare TRL script and as a `thub train` command."""
 
 from __future__ import annotations
 
 import os
 import statistics
 import subprocess
+import textwrap
 import time
 
 
@@ -24,3 +26,29 @@ def median_of(command: list[str], repeats: int, env: dict[str, str] | None = Non
     run_once(command, env)
     samples = [run_once(command, env) for _ in range(repeats)]
     return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+
+
+# A bare TRL script of the SFT run below; argv: model_path data_path out steps. Ends with `trainer` built.
+BARE_TRL_SFT = textwrap.dedent("""
+    import json, sys
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+    model_path, data_path, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    rows = [json.loads(line) for line in open(data_path)]
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    config = SFTConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=8, learning_rate=5e-3,
+                       max_length=128, assistant_only_loss=True, use_cpu=True, bf16=False, logging_steps=1,
+                       save_strategy="no", report_to=["none"], disable_tqdm=True, gradient_checkpointing=False)
+    trainer = SFTTrainer(model=model, args=config, processing_class=tokenizer,
+                         train_dataset=Dataset.from_list([{"messages": r["messages"]} for r in rows]))
+""")
+
+
+def thub_trl_sft(model: str, data: str, out: str, steps: int) -> list[str]:
+    """`thub train` arguments of the same run as ``BARE_TRL_SFT`` (to follow ``[python, "-m", "thub"]``)."""
+    return ["train", "sft", "--backend", "trl", "--model-path", model, "--data-path", data,
+            "--ckpt-output-dir", out, "--max-steps", str(steps), "--effective-batch-size", "8",
+            "--learning-rate", "5e-3", "--max-seq-len", "128", "--no-save-final-checkpoint",
+            "--no-gradient-checkpointing"]  # as the bare script (TRL's default is on)

@@ -32,6 +32,9 @@ import textwrap
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _measure import BARE_TRL_SFT, thub_trl_sft  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = textwrap.dedent('''
@@ -96,22 +99,7 @@ PROBE = textwrap.dedent('''
         sys.meta_path.insert(0, _After())
 ''')
 
-BARE = textwrap.dedent("""
-    import json, sys
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
-    model_path, data_path, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    rows = [json.loads(line) for line in open(data_path)]
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path)
-    config = SFTConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=8, learning_rate=5e-3,
-                       max_length=128, assistant_only_loss=True, use_cpu=True, bf16=False, logging_steps=1,
-                       save_strategy="no", report_to=["none"], disable_tqdm=True, gradient_checkpointing=False)
-    trainer = SFTTrainer(model=model, args=config, processing_class=tokenizer,
-                         train_dataset=Dataset.from_list([{"messages": r["messages"]} for r in rows]))
-    trainer.train()
-""")
+BARE = BARE_TRL_SFT + "trainer.train()\n"
 
 PHASES = ("parent start", "data prep", "preflight", "child start", "library start", "training", "end")
 
@@ -174,12 +162,7 @@ def main() -> None:
                     bare_runs.append(_run([sys.executable, str(script), args.model, args.data, str(out),
                                            str(args.steps)], probe, work / "phases.jsonl"))
                 else:
-                    thub_runs.append(_run([sys.executable, "-m", "thub", "train", "sft", "--backend", "trl",
-                                           "--model-path", args.model, "--data-path", args.data,
-                                           "--ckpt-output-dir", str(out), "--max-steps", str(args.steps),
-                                           "--effective-batch-size", "8", "--learning-rate", "5e-3",
-                                           "--max-seq-len", "128", "--no-save-final-checkpoint",
-                                           "--no-gradient-checkpointing"],  # as the bare script (TRL's default is on)
+                    thub_runs.append(_run([sys.executable, "-m", "thub", *thub_trl_sft(args.model, args.data, str(out), args.steps)],
                                           probe, work / "phases.jsonl"))
 
     def median(runs: list[dict[str, float]], key: str) -> float:

@@ -18,24 +18,11 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _measure import run_once  # noqa: E402
+from _measure import BARE_TRL_SFT, run_once, thub_trl_sft  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BARE = textwrap.dedent("""
-    import json, sys
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
-    model_path, data_path, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    rows = [json.loads(line) for line in open(data_path)]
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path)
-    config = SFTConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=8, learning_rate=5e-3,
-                       max_length=128, assistant_only_loss=True, use_cpu=True, bf16=False, logging_steps=1,
-                       save_strategy="no", report_to=["none"], disable_tqdm=True, gradient_checkpointing=False)
-    trainer = SFTTrainer(model=model, args=config, processing_class=tokenizer,
-                         train_dataset=Dataset.from_list([{"messages": r["messages"]} for r in rows]))
+BARE = BARE_TRL_SFT + textwrap.dedent("""\
     output = trainer.train()
     json.dump({"train_runtime": output.metrics["train_runtime"]}, open(out + "/bare.json", "w"))
 """)
@@ -59,11 +46,7 @@ def main() -> None:
             wall, rss = run_once([sys.executable, str(script), args.model, args.data, str(out), str(args.steps)])
             bare.append((json.loads((out / "bare.json").read_text())["train_runtime"] / args.steps, wall, rss))
             run = Path(tmp) / f"thub{i}"
-            wall, rss = run_once([*thub, "train", "sft", "--backend", "trl", "--model-path", args.model,
-                                  "--data-path", args.data, "--ckpt-output-dir", str(run), "--max-steps",
-                                  str(args.steps), "--effective-batch-size", "8", "--learning-rate", "5e-3",
-                                  "--max-seq-len", "128", "--no-save-final-checkpoint",
-                                  "--no-gradient-checkpointing"])  # as the bare script (TRL's default is on)
+            wall, rss = run_once([*thub, *thub_trl_sft(args.model, args.data, str(run), args.steps)])
             summary = json.loads((run / "result.json").read_text())["summary"]
             ours.append((summary["train_runtime"] / summary["global_step"], wall, rss))
     print(f"{'':22} {'bare TRL':>10} {'thub':>10} {'ratio':>7}")
