@@ -257,7 +257,8 @@ def test_broken_command_registration_never_breaks_the_cli(commands_site: Path, t
     # Issue 13 item 10: a raising thub_register_commands broke `thub --help` with a traceback,
     # and `thub plugins`/`doctor` called the plugin healthy.
     cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
-    for _ in range(2):  # the first run collects plugin commands, the second reads them from the cache
+    for run in range(2):  # the first run collects plugin commands, the second reads them from the cache
+        assert (tmp_path / "cache" / "thub" / "plugin-commands.json").exists() == (run == 1)
         helped = _thub(commands_site, "--help", **cache)
         assert helped.returncode == 0, helped.stderr
         assert "Traceback" not in helped.stderr and "exploded" not in helped.stdout
