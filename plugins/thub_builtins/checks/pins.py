@@ -117,12 +117,11 @@ def owner_install(distribution: str) -> str:
 
 def managed_install(backend: BackendSpec) -> str:
     """``thub install NAME --into managed`` for ``backend`` (catalog name, else its distribution)."""
-    from thub.envs.catalog import CATALOG, catalog_entry
+    from thub.envs.catalog import catalog_entry
 
-    entry = catalog_entry(backend.name) or next(
-        (e for e in CATALOG.values() if e.distribution == backend.provenance.distribution), None)
+    entry = catalog_entry(backend.name)
     if entry is not None:
         return f"thub install {entry.name} --into managed"
     if backend.provenance.distribution:
-        return f"thub install --package {backend.provenance.distribution} --into managed"
+        return owner_install(backend.provenance.distribution)
     return f"# install backend {backend.name}'s plugin into an environment of its own: thub install PLUGIN --into managed"
