@@ -70,6 +70,7 @@ def _make_command(algorithm: str) -> click.Command:
     registry = get_registry()
     spec = registry.algorithm(algorithm)
     infos = param_infos(spec.load_parameters())
+    honoured = _honoured_somewhere(registry, algorithm)  # once, not once per parameter
 
     def callback(**kwargs: Any) -> None:
         control = {k: kwargs.pop(k) for k in ("backend", "config", "overrides", "dry_run", "as_json",
@@ -140,7 +141,7 @@ def _make_command(algorithm: str) -> click.Command:
         click.Option(["--gpus-per-node"], type=click.IntRange(min=1), help="GPUs (processes) per node (sets nproc_per_node)."),
         click.Option(["--time", "time_limit"], metavar="D-HH:MM:SS", help="Wall time of each SLURM job (default: the profile's)."),
         click.Option(["--max-restarts"], type=click.IntRange(min=0), help="Chain K more jobs (afterany) that resume from the latest checkpoint."),
-        *(_option_for(info, name in _honoured_somewhere(registry, algorithm)) for name, info in infos.items()),
+        *(_option_for(info, name in honoured) for name, info in infos.items()),
     ]
     return click.Command(
         algorithm,
