@@ -31,7 +31,7 @@ from thub.runner import lifeline
 from thub.runner.lock import RunLock
 from thub.runner.metrics import DivergenceWatch, MetricsTail, truncate_after
 from thub.runner.progress import Progress
-from thub.runner.rootcause import disk_full_cause, read_section, root_cause_from_file
+from thub.runner.rootcause import disk_full_cause, read_section, root_cause
 from thub.redact import child_environment, record_values, redact
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.specs import RunEvent
@@ -386,8 +386,8 @@ def supervise(
         # teardown) does not undo that
         result["note"] = f"the child exited with code {code} after writing its result; see {run_dir.log_file}"
     elif result is None or code not in (0, None) and not stopped:
-        section = read_section(run_dir.log_file, supervisor.log_offset)
-        cause = root_cause_from_file(run_dir.log_file, supervisor.log_offset)
+        section = read_section(run_dir.log_file, supervisor.log_offset)  # this attempt's log, read once
+        cause = root_cause(section)
         full = disk_full_cause(section, run_dir.path) if code not in (0, None) else None
         result = {
             **base,
