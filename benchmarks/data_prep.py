@@ -1,6 +1,6 @@
 """Data preparation (chat template + tokenize + loss mask) against its anchors, in one run.
 
-Runs benchmarks/anchor_dataprep.py (a copy of the project's shared anchor script: the same seeded
+Runs benchmarks/anchor_dataprep.py (the project's shared anchor script, repetitions interleaved: the same seeded
 synthetic chat data, 32k byte-level BPE, ChatML template with ``{% generation %}`` markers, and the
 same fresh-subprocess, cold-cache protocol) with ``thub data prepare`` added as ``--extra`` commands,
 so that **the whole thub process is timed** (interpreter start, imports, reading, validation,
