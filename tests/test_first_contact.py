@@ -144,7 +144,8 @@ def test_unknown_thub_variable_warns_with_a_suggestion(thub_cli) -> None:
     json.loads(result.stdout)  # the warning stays off stdout
     quiet = thub_cli("train", "sft", "--backend", "trl", *dry("--json"),
                      env={"THUB_LEARNING_RATE": "1e-3", "THUB_DATA_DIR": "/tmp"})
-    assert "unknown" not in quiet.stderr
+    assert quiet.exit_code == 0, quiet.stderr
+    assert "is not a thub setting" not in quiet.stderr  # (the warning's wording: thub.envnames.describe)
     doctor = thub("doctor", "core.env-vars", "--json", env={"THUB_LEARNNG_RATE": "1e-3"})
     check = json.loads(doctor.stdout)["checks"][0]
     assert check["status"] == "warn" and "THUB_LEARNNG_RATE" in check["summary"] + " ".join(check["details"])
@@ -239,7 +240,7 @@ def test_preview_marks_trained_tokens_when_piped(tmp_path: Path) -> None:
     assert "[[" in done.stdout and "]]" in done.stdout
     first = json.loads((DATA / "chat.jsonl").read_text().splitlines()[0])
     answer = next(m["content"] for m in first["messages"] if m["role"] == "assistant")
-    assert f"[[{answer}" in done.stdout.replace("\n", "\n"), done.stdout
+    assert f"[[{answer}" in done.stdout, done.stdout
 
 
 def test_readme_tour_writes_under_runs() -> None:
