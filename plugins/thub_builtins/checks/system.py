@@ -78,7 +78,7 @@ def check_plugins(_: CheckContext) -> CheckResult:
 
 def check_backend_requirements(context: CheckContext) -> CheckResult:
     from thub.manager import get_registry
-    from thub.selection import cuda_visible, missing_requirements
+    from thub.selection import cuda_visible
 
     registry = get_registry()
     if context.backend is not None:
@@ -102,10 +102,11 @@ def check_backend_requirements(context: CheckContext) -> CheckResult:
             # Not applicable on this machine whatever is installed: no install fix would help here.
             gpu_only.append(backend.name)
             continue
-        found = missing_requirements(backend)
-        if found:
-            problems[backend.name] = found
-            fixes.append(install_fix(backend, registry))
+        missing = [(spec, problem) for spec, problem in zip(backend.requirements, _problems(backend.requirements))
+                   if problem]
+        if missing:
+            problems[backend.name] = [problem for _, problem in missing]
+            fixes.append(install_fix(backend, registry, [spec for spec, _ in missing]))
     details = [f"{name}: {problem}" for name, found in problems.items() for problem in found] + separate
     if gpu_only:
         details.append(f"{', '.join(gpu_only)}: need an NVIDIA GPU; not applicable on this machine")
@@ -121,14 +122,13 @@ def check_backend_requirements(context: CheckContext) -> CheckResult:
                 anchor="corebackend-requirements")
 
 
-def install_fix(backend: BackendSpec, registry: Registry) -> str:
-    """The command that installs ``backend``'s missing requirements without breaking anything
+def install_fix(backend: BackendSpec, registry: Registry, missing: list[str]) -> str:
+    """The command that installs ``backend``'s ``missing`` requirements without breaking anything
     installed: its ``install`` hint or a pip command, else (its pins contradict what installed
     distributions or working backends need) ``thub install NAME --into managed``."""
     from thub.selection import backend_status
     from thub_builtins.checks.pins import conflicting_pins, managed_install
 
-    missing = [spec for spec, problem in zip(backend.requirements, _problems(backend.requirements)) if problem]
     working = [b for b in registry.backends.values()
                if b.name != backend.name and b.python is None and backend_status(b)[0]]
     conflicts = conflicting_pins(backend, missing, working)
@@ -157,7 +157,7 @@ def _selected_backend_requirements(backend: BackendSpec, registry: Registry) -> 
     no_gpu = backend.needs_cuda and not cuda_visible()
     if not missing and not no_gpu:
         return ok(f"requirements of {backend.name} satisfied")
-    install = install_fix(backend, registry) if missing else ""
+    install = install_fix(backend, registry, [spec for spec, _ in missing]) if missing else ""
     details = [problem for _, problem in missing]
     if not no_gpu:
         summary = f"backend {backend.name} is missing {', '.join(spec for spec, _ in missing)}"
