@@ -70,6 +70,7 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
     backend = resolved.backend
     # the first requirement is the training library by convention (e.g. "trl>=1.16")
     library_name = Requirement(backend.requirements[0]).name if backend.requirements else None
+    values = resolved.values()
     record = {
         "schema_version": 1,
         "algorithm": resolved.algorithm.name,
@@ -77,7 +78,7 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
         "runner": backend.runner,
         # secrets redacted (thub.redact); this process keeps the real values for the child
         "parameters": {k: {"value": v, "source": resolved.sources[k]}
-                       for k, v in record_values(resolved.values(), resolved.values()["ckpt_output_dir"]).items()},
+                       for k, v in record_values(values, values["ckpt_output_dir"]).items()},
         "ignored": redact(resolved.ignored),
         "versions": {
             "thub": __version__,
