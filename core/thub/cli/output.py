@@ -51,11 +51,6 @@ def stdout_console() -> Console:
     return _make(stderr=False)
 
 
-def is_terminal() -> bool:
-    """Whether stdout is a terminal (colour and markers can be relied on)."""
-    return stdout_console().is_terminal
-
-
 def emit_json(data: Any) -> None:
     """Write ``data`` as JSON on stdout."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
