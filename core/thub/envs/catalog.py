@@ -220,10 +220,10 @@ def resolve_source(spec: str, extras: tuple[str, ...] = (), gpu: bool = False, *
             if (candidate / "pyproject.toml").exists():
                 return Source(entry.name, entry.distribution, str(candidate.resolve()), True, entry, wanted)
         return Source(entry.name, entry.distribution, entry.distribution, False, entry, wanted)
-    import difflib
+    from thub.errors import closest
 
-    close = difflib.get_close_matches(spec.casefold(), [*CATALOG, *ALIASES], n=1, cutoff=0.6)
-    hint = f" (did you mean {ALIASES.get(close[0], close[0])!r}?)" if close else ""
+    close = closest(spec.casefold(), [*CATALOG, *ALIASES])
+    hint = f" (did you mean {ALIASES.get(close, close)!r}?)" if close else ""
     if "/" in spec or spec.startswith("."):
         what = f"{spec!r} is not a plugin folder (no pyproject.toml)"
     else:
