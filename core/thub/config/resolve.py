@@ -81,15 +81,16 @@ class ResolvedConfig:
 
 
 def _layer_from_mapping(
-    values: Mapping[str, Any], infos: dict[str, ParamInfo], where: Any, *, texts: bool
+    values: Mapping[str, Any], infos: dict[str, ParamInfo], where: Any
 ) -> dict[str, tuple[Any, str]]:
+    """Already-typed values (a config file, flags, API keywords): checked by name, not parsed."""
     layer = {}
     for key, value in values.items():
         if key in META_KEYS:
             continue
         if key not in infos:
             raise UsageError(f"{where(key)}: unknown parameter {key!r}{did_you_mean(key, infos)}")
-        layer[key] = (parse_text(infos[key], value) if texts and isinstance(value, str) else value, where(key))
+        layer[key] = (value, where(key))
     return layer
 
 
@@ -211,13 +212,12 @@ def resolve(
     layers: list[dict[str, tuple[Any, str]]] = [
         {k: (v, f"backend {chosen.name}") for k, v in chosen.defaults_for(algorithm).items() if k in infos},
         pet_layer(infos, environ) if local else {},
-        _layer_from_mapping(config.values, names, config.where, texts=False) if config else {},
+        _layer_from_mapping(config.values, names, config.where) if config else {},
         env_layer(infos, environ),
         _layer_from_mapping(
             given,
             names,
             lambda k: f"{flag_label} {infos[k].option if flag_label == 'flag' and k in infos else k}",
-            texts=False,
         ),
         _distributed_layer(launch, given, infos),
         parse_overrides(list(overrides or []), names),
