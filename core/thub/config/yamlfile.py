@@ -57,12 +57,16 @@ def load_yaml(path: str | Path, what: str = "config file") -> tuple[Any, yaml.No
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: cannot read {what}: not UTF-8 text ({exc.reason})") from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        duplicate = duplicate_key(node) if node is not None else None
-        if duplicate:
-            key, first, again = duplicate
-            raise UsageError(f"{path}:{again}: duplicate key {key!r} (first at line {first}); keep one")
-        return yaml.safe_load(text), node
+        loader = yaml.SafeLoader(text)  # parsed once: the tree (for lines and keys), then its values
+        try:
+            node = loader.get_single_node()
+            duplicate = duplicate_key(node) if node is not None else None
+            if duplicate:
+                key, first, again = duplicate
+                raise UsageError(f"{path}:{again}: duplicate key {key!r} (first at line {first}); keep one")
+            return (loader.construct_document(node) if node is not None else None), node
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
