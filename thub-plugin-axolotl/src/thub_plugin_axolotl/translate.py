@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from thub.backend import UsageError, cuda_visible, split_batch, world_size
+from thub.backend import UsageError, cuda_visible, optional_training_args, split_batch, world_size
 
 BACKEND = "axolotl"
 #: The axolotl plugin (``axolotl.integrations.base.BasePlugin``) that adds thub's Trainer callback.
@@ -56,10 +56,10 @@ def chat_dataset(path: str, unmask: bool) -> dict[str, Any]:
     }
 
 
-def _save(params: dict[str, Any]) -> dict[str, Any]:
+def _save_strategy(params: dict[str, Any]) -> str:
     if params.get("save_steps"):
-        return {"save_strategy": "steps", "save_steps": params["save_steps"]}
-    return {"save_strategy": "epoch" if params.get("checkpoint_at_epoch") else "no"}
+        return "steps"
+    return "epoch" if params.get("checkpoint_at_epoch") else "no"
 
 
 def _loggers(params: dict[str, Any]) -> dict[str, Any]:
@@ -134,12 +134,9 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     }
     if params.get("max_steps"):
         config["max_steps"] = params["max_steps"]
-    config.update(_save(params))
-    for name, target in (("warmup_steps", "warmup_steps"), ("weight_decay", "weight_decay"),
-                         ("beta1", "adam_beta1"), ("beta2", "adam_beta2"), ("eps", "adam_epsilon"),
-                         ("max_grad_norm", "max_grad_norm"), ("lr_scheduler_kwargs", "lr_scheduler_kwargs")):
-        if params.get(name) is not None:
-            config[target] = params[name]
+    config["save_strategy"] = _save_strategy(params)
+    # save_steps, warmup, optimizer and clipping under their TrainingArguments names, which axolotl's config takes
+    config.update(optional_training_args(params))
     if params.get("validation_split"):
         config.update({"eval_strategy": "steps", "eval_steps": params["validation_frequency"]})
     if params.get("use_liger"):
