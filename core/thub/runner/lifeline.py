@@ -24,6 +24,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from thub.runner.lock import pid_alive
+
 PR_SET_PDEATHSIG = 1
 PIPE_ENV = "THUB_PARENT_PIPE"
 PARENT_ENV = "THUB_PARENT_PID"
@@ -64,12 +66,9 @@ def parent_alive() -> bool:
     if not pid:
         return True
     try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError):
+        return pid_alive(int(pid))
+    except ValueError:
         return True
-    return True
 
 
 def watch_parent(grace: float | None = None) -> None:

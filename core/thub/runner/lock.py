@@ -25,7 +25,8 @@ except ImportError:  # Windows: no flock; runs there are not guarded
     fcntl = None  # type: ignore[assignment]
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -80,9 +81,9 @@ class RunLock:
         else:
             return "pid unknown"
         parts = []
-        if isinstance(holder.get("pid"), int) and _alive(holder["pid"]):
+        if isinstance(holder.get("pid"), int) and pid_alive(holder["pid"]):
             parts.append(f"pid {holder['pid']}")
-        if isinstance(holder.get("child"), int) and _alive(holder["child"]):
+        if isinstance(holder.get("child"), int) and pid_alive(holder["child"]):
             parts.append(f"training child pid {holder['child']}")
         return ", ".join(parts) or f"pid {holder.get('pid')}, exiting"
 
