@@ -54,12 +54,6 @@ def death_signal_preexec() -> Callable[[], None] | None:
     return preexec
 
 
-def parent_pipe() -> tuple[int, int]:
-    """(read end for the child, write end that this process keeps open until it exits)."""
-    read_end, write_end = os.pipe()
-    return read_end, write_end
-
-
 def parent_alive() -> bool:
     """False once the thub process that started this run is gone (in the child)."""
     pid = os.environ.get(PARENT_ENV)

@@ -180,7 +180,8 @@ class _Supervisor:
         env = dict(os.environ, PYTHONUNBUFFERED="1", THUB_RUN_DIR=str(self.run_dir.path))
         env.update(child_environment(self.run_dir.path))  # the real values of redacted parameters
         env[lifeline.PARENT_ENV] = str(os.getpid())
-        read_end, write_end = lifeline.parent_pipe()
+        # the parent-liveness pipe (thub.runner.lifeline): the child reads EOF once we are gone
+        read_end, write_end = os.pipe()
         pass_fds = [read_end]
         if "torch.distributed.run" not in command:
             env[lifeline.PIPE_ENV] = str(read_end)  # torchrun's workers would not inherit it
