@@ -21,9 +21,10 @@ from thub import hookimpl
 from thub.config.resolve import resolve
 from thub.errors import UsageError
 from thub.manager import load_registry
+from thub.redact import redact_value
 from thub.specs import BackendSpec
 from thub.testing import imported_heavy_modules
-from thub.trackers import parent_logged_params, redact_value, routes, run_metadata
+from thub.trackers import parent_logged_params, routes, run_metadata
 from thub.trackers.check import problems
 
 LOSSES = [2.5, 1.9375123456789, 1.25, 0.8125]

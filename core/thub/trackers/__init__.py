@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from thub.redact import redact_value  # the one redaction (standard library only)
-
 if TYPE_CHECKING:
     from thub.specs import BackendSpec
 
@@ -112,11 +110,13 @@ def wandb_dir(params: Mapping[str, Any], environ: Mapping[str, str] | None = Non
 def run_metadata(record: Mapping[str, Any]) -> dict[str, Any]:
     """What goes to the tracker's params/config, from ``thub_run.json``: algorithm, backend,
     versions and every resolved parameter with its source, secrets redacted."""
+    from thub.redact import redact
+
     return {
         "algorithm": record.get("algorithm"),
         "backend": record.get("backend"),
         "versions": record.get("versions", {}),
-        "parameters": {name: {"value": redact_value(name, entry.get("value")), "source": entry.get("source")}
+        "parameters": {name: {"value": redact(entry.get("value"), name), "source": entry.get("source")}
                        for name, entry in (record.get("parameters") or {}).items()},
     }
 
@@ -140,11 +140,12 @@ def read_record(run_dir: str | Path) -> dict[str, Any]:
 
 def update_record(run_dir: str | Path, tracker: str, info: Mapping[str, Any], *, reset: bool = False) -> None:
     """Merge ``info`` into the tracker's entry of ``trackers.json`` (atomically)."""
+    from thub.redact import redact
     from thub.runner.rundir import write_json_atomic
 
     record = {} if reset else read_record(run_dir)
     # a tracking URI with a password in it is written redacted, like thub_run.json
-    record[tracker] = {**record.get(tracker, {}), **{k: redact_value(k, v) for k, v in info.items() if v is not None}}
+    record[tracker] = {**record.get(tracker, {}), **{k: redact(v, k) for k, v in info.items() if v is not None}}
     write_json_atomic(Path(run_dir) / RECORD_FILE, record)
 
 
