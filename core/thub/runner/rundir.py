@@ -202,4 +202,5 @@ class RunDirectory:
 
     def outputs_since(self, user_entries: list[str] | None) -> list[str]:
         """What the run created in the directory: everything but the user's entries."""
-        return [name for name in self.entries() if name not in set(user_entries or ())]
+        kept = set(user_entries or ())
+        return [name for name in self.entries() if name not in kept]
