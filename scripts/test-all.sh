@@ -79,5 +79,9 @@ fi
 # The tests point THUB_DATA_DIR at a temporary folder. Nothing to install: check venv/ensurepip.
 python -c "import venv, ensurepip"
 
+# Lint (issue 16): ruff's rules and line length from pyproject.toml, over the whole tree; a few seconds.
+python -m pip install --quiet "ruff==0.17.6"
+ruff check .
+
 # The README's test command (exit code 5 = no tests collected is a failure here, never a pass).
 exec bash scripts/test.sh "$@"

@@ -58,6 +58,7 @@ def test_bounds_checked(thub_registry) -> None:
     with pytest.raises(UsageError, match="effective_batch_size .*greater than or equal to 1, got 0"):
         resolve(thub_registry, "sft", backend="trl", flags={**REQUIRED, "effective_batch_size": 0}, environ={})
     from pydantic import ValidationError
+
     from thub_builtins.params import OSFTParams
 
     with pytest.raises(ValidationError, match="unfreeze_rank_ratio"):
@@ -186,6 +187,7 @@ def test_non_finite_from_python_api_and_nested_values(thub_registry) -> None:
 
 def test_non_finite_rejected_by_the_models_themselves() -> None:
     from pydantic import ValidationError
+
     from thub_builtins.params import GRPOParams, LoRASFTParams
 
     with pytest.raises(ValidationError, match="finite"):

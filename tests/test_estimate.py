@@ -77,7 +77,6 @@ def test_model_path_required() -> None:
 def test_parameter_options_are_those_of_train() -> None:
     from thub.cli.estimate import _make_command as estimate_command
     from thub.cli.train import _make_command as train_command
-
     from thub.config.fields import param_infos
     from thub.manager import get_registry
 
@@ -129,8 +128,8 @@ def test_grpo_has_generation_and_reference(llama8b: Path) -> None:
 
 
 def test_estimate_imports_no_training_library(llama8b: Path) -> None:
-    probe = ("import sys\nsys.argv = ['thub', 'estimate', 'sft', '--model-path', %r, '--json']\n"
-             "from thub.cli.main import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n") % str(llama8b)
+    probe = (f"import sys\nsys.argv = ['thub', 'estimate', 'sft', '--model-path', {str(llama8b)!r}, '--json']\n"
+             "from thub.cli.main import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n")
     assert imported_heavy_modules(probe) == []
     assert imported_heavy_modules(probe.replace("'sft', '--model-path'", "'--help', '--model-path'")) == []
 

@@ -7,7 +7,6 @@ otherwise).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal

@@ -77,13 +77,24 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
     from thub.runner.batching import split_batch, world_size
     from thub.runner.context import RunContext
     from thub.runner.follow import PollingFollower
-    from thub.runner.hf_trainer import (metrics_callback, optional_training_args, report_settings,
-                                        with_legacy_logging_dir)
+    from thub.runner.hf_trainer import (
+        metrics_callback,
+        optional_training_args,
+        report_settings,
+        with_legacy_logging_dir,
+    )
     from thub.runner.metrics import MetricsTail, MetricsWriter, read_metrics, truncate_after
     from thub.runner.rootcause import root_cause_from_file
     from thub.selection import cuda_visible, installed_version, requirement_problem
-    from thub.specs import (BackendSpec, CheckContext, CheckResult, CheckSpec, MemoryPolicy, load_object,
-                            translation_hook)
+    from thub.specs import (
+        BackendSpec,
+        CheckContext,
+        CheckResult,
+        CheckSpec,
+        MemoryPolicy,
+        load_object,
+        translation_hook,
+    )
     from thub.trackers import run_name
 
 

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from thub import hookimpl
@@ -136,7 +136,7 @@ class StatusReporter:
         step, max_steps = line.get("step"), line.get("max_steps")
         status: dict[str, Any] = {
             "metrics": [{"name": k, "value": str(line[k])} for k in METRIC_KEYS if line.get(k) is not None],
-            "lastUpdatedTime": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "lastUpdatedTime": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         if final:
             status.update(progressPercentage=100, estimatedRemainingSeconds=0)
@@ -257,11 +257,12 @@ class StatusReporter:
             self.sent += 1
             return True
         except Exception as exc:  # noqa: BLE001 - progress reporting must never fail training
+            reason = str(exc)
             if time.monotonic() >= deadline:
-                exc = TimeoutError(f"no answer within the {self.timeout:g} s deadline")
+                reason = f"no answer within the {self.timeout:g} s deadline"
             self.failures += 1
             if self.failures == 1:
-                print(f"thub: Kubeflow status update to {self.url} failed ({exc}); training continues",
+                print(f"thub: Kubeflow status update to {self.url} failed ({reason}); training continues",
                       file=sys.stderr)
             return False
         finally:

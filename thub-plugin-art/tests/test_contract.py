@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from thub_plugin_art import INSTALL
 
 from thub.config.resolve import resolve
 from thub.errors import UsageError
@@ -21,7 +22,6 @@ from thub.runner.context import RunContext
 from thub.runner.metrics import read_metrics
 from thub.runner.rundir import RunDirectory
 from thub.testing import BackendContract
-from thub_plugin_art import INSTALL
 
 ROOT = Path(__file__).parents[2]
 BASE = {"model_path": "Qwen/Qwen2.5-0.5B-Instruct", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
@@ -463,7 +463,7 @@ def test_max_steps_reaches_the_metrics(tmp_path: Path, arithmetic: Path) -> None
 
     context, plan = _context(tmp_path / "run", arithmetic, num_iterations=None, max_steps=2)
     run_with(context, plan, FakeArt, FakeBackend)
-    assert [(l["step"], l["max_steps"]) for l in read_metrics(context.run_dir.metrics)] == [(1, 2), (2, 2)]
+    assert [(line["step"], line["max_steps"]) for line in read_metrics(context.run_dir.metrics)] == [(1, 2), (2, 2)]
 
 
 def test_lora_alpha_default_is_thubs() -> None:

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from thub_plugin_axolotl.runner import axolotl_rows
 
 from thub.config.resolve import resolve
 from thub.errors import UsageError
 from thub.manager import load_registry
 from thub.testing import BackendContract
-from thub_plugin_axolotl.runner import axolotl_rows
 
 ROOT = Path(__file__).parents[2]
 AXOLOTL = ROOT / "build" / "axolotl-0.19.0"

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from thub_plugin_instructlab.translate import HONOURED, translate
 
 from thub.config.resolve import resolve
 from thub.errors import UsageError
 from thub.manager import load_registry
 from thub.testing import BackendContract
-from thub_plugin_instructlab.translate import HONOURED, translate
 
 BACKEND = "instructlab-training"
 BASE = {"model_path": "org/model", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
@@ -172,6 +172,7 @@ def test_registers_and_translates_without_the_library() -> None:
 
 def test_doctor_checks_say_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     import thub_plugin_instructlab as plugin
+
     from thub.specs import CheckContext
 
     # libraries and the GPU: the core check, as `thub train --backend instructlab-training` runs it

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from thub_plugin_instructlab.data import prepare
 from thub_plugin_instructlab.translate import translate
 

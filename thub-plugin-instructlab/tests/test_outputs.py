@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 import shutil
+from datetime import datetime
 from pathlib import Path
 
-from thub.runner.context import RunContext
-from thub.runner.metrics import REQUIRED_FIELDS, read_metrics
-from thub.runner.rootcause import root_cause_from_file
-from thub.runner.rundir import RunDirectory
 from thub_plugin_instructlab.outputs import (
     MetricsConverter,
     OutputFollower,
@@ -20,6 +16,11 @@ from thub_plugin_instructlab.outputs import (
     read_new_lines,
 )
 from thub_plugin_instructlab.runner import failure_message
+
+from thub.runner.context import RunContext
+from thub.runner.metrics import REQUIRED_FIELDS, read_metrics
+from thub.runner.rootcause import root_cause_from_file
+from thub.runner.rundir import RunDirectory
 
 FIXTURES = Path(__file__).parent / "fixtures"
 METRICS = FIXTURES / "training_params_and_metrics_global0.jsonl"

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from thub_plugin_llamafactory.runner import lf_rows
 
 from thub.config.resolve import resolve
 from thub.errors import UsageError
 from thub.manager import load_registry
 from thub.testing import BackendContract
-from thub_plugin_llamafactory.runner import lf_rows
 
 BASE = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
 

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from thub_plugin_minitrainer.translate import HONOURED, translate
 
 from thub.config.resolve import resolve
 from thub.errors import UsageError
 from thub.manager import load_registry
 from thub.testing import BackendContract
-from thub_plugin_minitrainer.translate import HONOURED, translate
 
 BASE = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
 OSFT = {**BASE, "unfreeze_rank_ratio": 0.25}
@@ -244,6 +244,7 @@ def test_registers_and_translates_without_mini_trainer(tmp_path: Path) -> None:
 
 def test_gpu_check_message(monkeypatch: pytest.MonkeyPatch) -> None:
     from thub_plugin_minitrainer import _attention_check
+
     from thub.specs import CheckContext
 
     monkeypatch.setattr("thub.selection.cuda_visible", lambda: False)

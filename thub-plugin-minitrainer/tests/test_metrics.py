@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from thub.runner.metrics import MetricsWriter, read_metrics
 from thub_plugin_minitrainer.metrics import (
     MetricsConverter,
     convert_line,
@@ -13,6 +12,8 @@ from thub_plugin_minitrainer.metrics import (
     hf_checkpoints,
     latest_full_state,
 )
+
+from thub.runner.metrics import MetricsWriter, read_metrics
 
 REQUIRED = ("step", "max_steps", "epoch", "loss", "learning_rate", "timestamp")
 

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from thub_plugin_minitrainer.metrics import estimate_max_steps
+from thub_plugin_minitrainer.translate import TRIGGER_DIR, translate
 
 from thub.config.resolve import resolve
 from thub.manager import load_registry
 from thub.runner.context import RunContext
 from thub.runner.metrics import read_metrics
 from thub.runner.rundir import RunDirectory
-from thub_plugin_minitrainer.metrics import estimate_max_steps
-from thub_plugin_minitrainer.translate import TRIGGER_DIR, translate
 
 mini_trainer = pytest.importorskip("mini_trainer")
 

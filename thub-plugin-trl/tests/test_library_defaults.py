@@ -84,9 +84,8 @@ def test_gradient_checkpointing_unset_is_trls_default_and_set_is_passed() -> Non
 def test_bf16_falls_back_to_fp16_on_a_gpu_without_it(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
                                                      supported: bool, expected: tuple[bool, bool]) -> None:
     """The GPU boundary is mocked (no GPU here): torch.cuda reports a GPU with or without bf16."""
-    import torch
-
     import thub_plugin_trl  # noqa: F401  (the package binds `translate` to the function)
+    import torch
     from thub_plugin_trl.runner import mixed_precision
 
     monkeypatch.setattr(sys.modules["thub_plugin_trl.translate"], "cuda_visible", lambda: True)

@@ -61,7 +61,7 @@ def test_sft_loss_falls_and_final_model_saved(tiny_model: Path, demo_data: Path,
     assert json.loads(done.stdout)["status"] == "succeeded"  # --json prints result.json
     lines = read_metrics(out / "training_metrics.jsonl")
     assert lines[-1]["max_steps"] == 24 and len(lines) == 24
-    first, last = sum(l["loss"] for l in lines[:3]) / 3, sum(l["loss"] for l in lines[-3:]) / 3
+    first, last = sum(line["loss"] for line in lines[:3]) / 3, sum(line["loss"] for line in lines[-3:]) / 3
     assert last < first * 0.7, (first, last)
     assert "step 1/" not in done.stderr  # --json: no progress lines, result.json on stdout
     assert result["final_checkpoint"] == str(out / "final")

@@ -167,9 +167,8 @@ def test_collator_pads_labels_with_ignore_index() -> None:
 
 
 def test_rows_get_assistant_only_labels(tiny_model: Path, demo_data: Path) -> None:
-    from transformers import AutoTokenizer
-
     from thub_plugin_unsloth.runner import prepare_rows
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     params = {"data_path": str(demo_data / "chat.jsonl"), "data_format": "auto", "max_seq_len": 256,

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from thub_plugin_verl.translate import batch_layout, translate
 
 from thub.config.resolve import resolve
 from thub.errors import UsageError
 from thub.manager import load_registry
-from thub_plugin_verl.translate import batch_layout, translate
 
 ROOT = Path(__file__).parents[2] / "build" / "verl-0.9.1"
 CONFIG_DIR = ROOT / "verl" / "trainer" / "config"

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from thub_plugin_verl.translate import batch_layout, hydra_value
 
 from thub.config.resolve import resolve
 from thub.errors import UsageError
 from thub.manager import load_registry
 from thub.testing import BackendContract
-from thub_plugin_verl.translate import batch_layout, hydra_value
 
 BASE = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
 

@@ -13,10 +13,10 @@ import os
 from pathlib import Path
 
 import pytest
+from thub_plugin_verl.translate import translate
 
 from thub.config.resolve import resolve
 from thub.manager import load_registry
-from thub_plugin_verl.translate import translate
 
 pytest.importorskip("hydra")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 import textwrap
 from pathlib import Path
 
@@ -99,7 +98,6 @@ def test_run_against_stand_in_verl(fake_verl: Path, tmp_path: Path) -> None:
 
 def test_parquet_rows_carry_verls_columns(fake_verl: Path, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
-
     from thub_plugin_verl.runner import run
 
     run(context_for(tmp_path, algorithm="grpo"))

@@ -62,7 +62,7 @@ def doctor(
     contributed it, then a summary and the copy-pasteable fixes.
     """
     from thub import __version__
-    from thub.doctor import exit_code, make_context, order_checks, plugin_labels, run_checks, select_checks
+    from thub.doctor import exit_code, make_context, order_checks, plugin_labels, select_checks
     from thub.doctor.render import render_list, render_report, report_dict
     from thub.manager import get_registry
 

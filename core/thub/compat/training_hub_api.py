@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from thub.compat.training_hub import CALLBACK_HOOKS
-
 log = logging.getLogger("thub.training_hub")
 
 

@@ -6,9 +6,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Literal, get_args, get_origin
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

@@ -23,8 +23,8 @@ from thub.compat import training_hub
 from thub.config.fields import CORE_HANDLED, ParamInfo, param_infos, parse_text
 from thub.config.yamlfile import load_yaml
 from thub.errors import UsageError, did_you_mean
-from thub.redact import redact
 from thub.manager import Registry
+from thub.redact import redact
 from thub.specs import AlgorithmSpec, BackendSpec
 
 # Keys a config file may hold besides parameters.

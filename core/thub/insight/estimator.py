@@ -132,7 +132,7 @@ def parse_size(text: str | int | float) -> int:
     units = {"tib": 1024**4, "gib": GIB, "mib": 1024**2, "kib": 1024, "tb": 10**12, "gb": 10**9,
              "mb": 10**6, "kb": 10**3, "t": 1024**4, "g": GIB, "m": 1024**2, "k": 1024, "b": 1}
     lower = raw.lower()
-    for unit, factor in units.items():
+    for unit, factor in units.items():  # noqa: B007 - factor is read after the break
         if lower.endswith(unit):
             number = lower[: -len(unit)]
             break

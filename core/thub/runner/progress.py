@@ -39,7 +39,8 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.live:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as Bar
             from rich.table import Column
 
             # The bar keeps BAR_WIDTH cells and the ETA stays whole on an 80-column terminal: the

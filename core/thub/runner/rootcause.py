@@ -29,10 +29,10 @@ def root_cause(log_text: str, context_lines: int = 6) -> list[str]:
         # include the traceback frames just above the exception line
         while start > 0 and index - start < context_lines and lines[start - 1].startswith((" ", "\t", "Traceback")):
             start -= 1
-        blocks.append([l.rstrip() for l in lines[start : index + 1]])
+        blocks.append([line.rstrip() for line in lines[start : index + 1]])
     if blocks:
         return blocks[0]
-    tail = [l for l in lines if l.strip()][-context_lines:]
+    tail = [line for line in lines if line.strip()][-context_lines:]
     return tail
 
 

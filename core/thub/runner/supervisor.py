@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +26,16 @@ from thub import __version__
 from thub.config.resolve import ResolvedConfig
 from thub.errors import UsageError
 from thub.manager import get_registry
-from thub.runner.batching import world_size
+from thub.redact import child_environment, record_values, redact
 from thub.runner import lifeline
+from thub.runner.batching import world_size
 from thub.runner.lock import RunLock
 from thub.runner.metrics import DivergenceWatch, MetricsTail, truncate_after
 from thub.runner.progress import Progress
 from thub.runner.rootcause import disk_full_cause, read_section, root_cause
-from thub.redact import child_environment, record_values, redact
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
-from thub.specs import RunEvent
 from thub.selection import installed_version
+from thub.specs import RunEvent
 
 POLL_SECONDS = 0.2
 
@@ -167,7 +167,7 @@ class _Supervisor:
         """Note where this attempt starts in the (appended) log, and mark it for readers."""
         log = self.run_dir.log_file
         self.log_offset = log.stat().st_size if log.exists() else 0
-        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
         try:
             with open(log, "ab") as handle:
                 handle.write(f"==== thub: attempt started {stamp} (pid {os.getpid()}) ====\n".encode())

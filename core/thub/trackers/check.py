@@ -14,7 +14,6 @@ import importlib.util
 import netrc
 import os
 import subprocess
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request

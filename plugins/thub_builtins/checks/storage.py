@@ -136,7 +136,7 @@ def check_disk(context: CheckContext) -> CheckResult:
     if not low:
         return ok("enough free space for the output dir, TMPDIR and caches", details)
     fixes = []
-    for label, path, _, _ in low:
+    for label, _path, _, _ in low:
         if label.startswith(("TMP", "TEMP")):
             fixes.append("mkdir -p /path/on/big/disk/tmp && export TMPDIR=/path/on/big/disk/tmp"
                          "   # flash-attn/flashinfer JIT builds write GBs here")

@@ -320,7 +320,7 @@ def check_compromised(_: CheckContext) -> CheckResult:
     if not hits:
         return ok(f"none of {sum(len(v) for v in KNOWN_COMPROMISED.values())} known-compromised releases installed")
     safe = []
-    for name, version, _ in hits:
+    for name, _version, _ in hits:
         lowest_bad = min(KNOWN_COMPROMISED[canonicalize_name(name)], key=lambda v: tuple(map(int, v.split("."))))
         safe.append(f"{name}<{lowest_bad}")
     return fail(

@@ -163,7 +163,7 @@ async def close_quietly(backend: Any, timeout: float = CLEANUP_TIMEOUT) -> str |
     """Close ART's backend (vLLM, trainer); return the problem instead of raising it."""
     try:
         await asyncio.wait_for(backend.close(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return f"ART's backend did not close within {timeout:g} s"
     except Exception as exc:  # noqa: BLE001 - any cleanup failure after training is only a warning
         return f"{type(exc).__name__}: {exc}"

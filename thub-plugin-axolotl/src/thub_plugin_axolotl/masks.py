@@ -19,10 +19,10 @@ from thub_plugin_axolotl.translate import DEFAULTS, translate
 
 def token_masks(model_path: str, rows: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any] | None]:
     """``{"input_ids", "labels"}`` per row as axolotl builds them (``None``: it dropped the row)."""
-    from transformers import AutoTokenizer
     from axolotl.prompt_strategies import load
     from axolotl.utils.config import normalize_config, validate_config
     from axolotl.utils.dict import DictDefault
+    from transformers import AutoTokenizer
 
     unmask = bool(params.get("unmask_messages"))
     plan = translate("sft", {"model_path": model_path, "ckpt_output_dir": "/nonexistent", "effective_batch_size": 1,

@@ -52,6 +52,7 @@ def _write(path: Path, text: str) -> None:
 def write_inputs(params: dict[str, Any], plan: dict[str, Any], resume_from: str | None = None) -> int:
     """The data file and config.yaml axolotl reads; returns the row count."""
     import yaml
+
     from thub.backend import training_rows
 
     rows, locations = training_rows(params)
@@ -73,10 +74,11 @@ def run(context: RunContext) -> dict[str, Any]:
     print(f"thub: wrote {count} rows and {plan['config_file']} for axolotl (same run by hand: {plan['command']})",
           flush=True)
 
-    import thub_plugin_axolotl.hooks as hooks
     from axolotl.cli.args import TrainerCliArgs
     from axolotl.cli.config import load_cfg
     from axolotl.cli.train import do_train
+
+    import thub_plugin_axolotl.hooks as hooks
 
     hooks.CONTEXT = context
     cfg = load_cfg(plan["config_file"])

@@ -6,7 +6,14 @@ import sys
 from collections.abc import Callable
 
 from thub.backend import BackendSpec, CheckContext, CheckResult, CheckSpec, MemoryPolicy, hookimpl, translation_hook
-from thub_plugin_instructlab.translate import BACKEND, DEFAULTS, HONOURED, MIN_SAMPLE_TOKENS, flash_attn_installed, translate
+from thub_plugin_instructlab.translate import (
+    BACKEND,
+    DEFAULTS,
+    HONOURED,
+    MIN_SAMPLE_TOKENS,
+    flash_attn_installed,
+    translate,
+)
 
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("instructlab-training>=0.16.2,<0.17", "torch>=2.6", "transformers>=4.57.1", "datasets>=2.15")

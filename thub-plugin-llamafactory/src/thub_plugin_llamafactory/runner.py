@@ -72,6 +72,7 @@ def _write(path: Path, text: str) -> None:
 def write_inputs(params: dict[str, Any], plan: dict[str, Any]) -> int:
     """The data file, dataset_info.json and train.yaml LLaMA-Factory reads; returns the row count."""
     import yaml
+
     from thub.backend import training_rows
 
     rows, locations = training_rows(params)

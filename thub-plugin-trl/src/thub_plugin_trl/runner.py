@@ -36,6 +36,7 @@ def _pretraining_rows(rows: list[dict[str, Any]], tokenizer: Any, block_size: in
 
 def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
     from datasets import Dataset
+
     from thub.backend import tokenize_chat, training_rows
 
     params = context.params
@@ -60,6 +61,7 @@ def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> t
 
 def _grpo_dataset(context: RunContext, plan: dict[str, Any]) -> Any:
     from datasets import Dataset
+
     from thub.backend import training_rows
 
     params = context.params

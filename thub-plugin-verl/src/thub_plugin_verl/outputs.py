@@ -17,9 +17,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from thub.backend import PollingFollower
-from typing import Any
 
 # verl metric -> thub metric
 RENAMES = {
