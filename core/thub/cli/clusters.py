@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from thub.cli.output import console, emit_json, table
+from thub.ui.output import console, emit_json, table
 
 
 @click.command()

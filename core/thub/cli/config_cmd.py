@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 import yaml
 
-from thub.cli.output import emit_json
 from thub.config.fields import param_infos
 from thub.manager import get_registry
+from thub.ui.output import emit_json
 
 
 @click.group()

@@ -13,11 +13,11 @@ from typing import Any
 
 import click
 
-from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, stdout_console, table
 from thub.data.formats import FORMATS
 from thub.data.mixing import STRATEGIES
 from thub.data.tokenize import OVERLONG
 from thub.errors import UsageError
+from thub.ui.output import JSON_SCHEMA_VERSION, console, emit_json, stdout_console, table
 
 _FORMAT_CHOICE = click.Choice(["auto", *FORMATS])
 

@@ -11,7 +11,7 @@ import time
 
 import click
 
-from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json
+from thub.ui.output import JSON_SCHEMA_VERSION, console, emit_json
 
 EXAMPLES = """
 \b

@@ -13,11 +13,11 @@ from typing import Any
 
 import click
 
-from thub.cli.output import emit_json, stdout_console, table
 from thub.cli.train import _flag_values, _option_for
 from thub.config.fields import param_infos
 from thub.errors import UsageError
 from thub.manager import Registry, get_registry
+from thub.ui.output import emit_json, stdout_console, table
 
 # Parameters a run needs but an estimate does not; filled with a placeholder when unset.
 _UNUSED_REQUIRED = ("data_path", "ckpt_output_dir")

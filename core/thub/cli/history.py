@@ -10,7 +10,7 @@ import time
 
 import click
 
-from thub.cli.output import console, emit_json, stdout_console, table
+from thub.ui.output import console, emit_json, stdout_console, table
 
 
 def _when(timestamp: float | None) -> str:

@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
-from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, table
 from thub.errors import ThubError, UsageError
 from thub.selection import installed_version
+from thub.ui.output import JSON_SCHEMA_VERSION, console, emit_json, table
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 dry_run_option = click.option("--dry-run", is_flag=True, help="Print the exact commands; change nothing.")

@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from thub.cli.output import JSON_SCHEMA_VERSION, console, emit_json, stdout_console, table
 from thub.manager import get_registry
 from thub.selection import backend_status, missing_requirements
+from thub.ui.output import JSON_SCHEMA_VERSION, console, emit_json, stdout_console, table
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 

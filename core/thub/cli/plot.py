@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from thub.cli.output import console, emit_json, stdout_console, table
+from thub.ui.output import console, emit_json, stdout_console, table
 
 
 def _fmt(value: float | None) -> str:

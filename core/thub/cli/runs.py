@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from thub.cli.output import console, emit_json, stdout_console, table
 from thub.errors import UsageError
+from thub.ui.output import console, emit_json, stdout_console, table
 
 # SLURM states after which a job will not run again
 _ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",

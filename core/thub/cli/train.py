@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from thub.cli.output import console, emit_json
-from thub.cli.plan import show_plan
 from thub.config.fields import ParamInfo, format_value, param_infos, parse_text
 from thub.manager import get_registry
+from thub.ui.output import console, emit_json
+from thub.ui.plan import show_plan
 
 
 def _option_for(info: ParamInfo, honoured: bool = True) -> click.Option:

@@ -115,8 +115,8 @@ def backend_preview(report: list[dict[str, Any]], rows: list[dict[str, Any]], ba
     as trained/masked segments) and ``comparison`` (:func:`compare`). Printed like thub's preview,
     or as JSON.
     """
-    from thub.cli.output import JSON_SCHEMA_VERSION, emit_json, stdout_console
     from thub.data.preview import explain
+    from thub.ui.output import JSON_SCHEMA_VERSION, emit_json, stdout_console
 
     chat = [i for i, row in enumerate(rows) if "messages" in row]
     if not chat:

@@ -144,7 +144,7 @@ def render_report(
     line, then "Fixes"."""
     from rich.markup import escape
 
-    from thub.cli.output import stdout_console
+    from thub.ui.output import stdout_console
 
     out = stdout_console()
     labels = plugin_labels or {}
@@ -185,7 +185,7 @@ def render_list(checks: Sequence[Any], plugin_labels: Mapping[str, str] | None =
     """``thub doctor --list-checks``: id, tags and title of every check, grouped by plugin."""
     from rich.markup import escape
 
-    from thub.cli.output import stdout_console
+    from thub.ui.output import stdout_console
 
     out = stdout_console()
     labels = plugin_labels or {}

@@ -56,8 +56,8 @@ def _warnings(resolved: Any, profile: Any) -> list[str]:
 def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_json: bool, overwrite: bool,
                  resume: bool, command_line: list[str]) -> int:
     """Dry-run (render, write and show the script) or submit; returns the exit code."""
-    from thub.cli.output import console, emit_json
     from thub.launch import slurm
+    from thub.ui.output import console, emit_json
 
     _absolute_paths(resolved)
     request = slurm_request(resolved, options)
@@ -70,7 +70,7 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
               "sbatch": commands, "warnings": notes}
     if dry_run:
         from thub.api import plan_data
-        from thub.cli.plan import show_plan
+        from thub.ui.plan import show_plan
 
         slurm.write_script(request)
         if as_json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from thub.cli.output import console
+from thub.ui.output import console
 
 
 def _describe(line: dict[str, Any], compact: bool = False) -> str:

@@ -110,9 +110,9 @@ def _validate_data(resolved: ResolvedConfig) -> None:
 def _preflight(resolved: ResolvedConfig, force: bool = False) -> None:
     """Run the backend's preflight doctor checks; a failure stops the launch with its fix
     (with ``force``, it is printed and the launch goes on)."""
-    from thub.cli.output import console
     from thub.doctor import blocking, format_problems, preflight
     from thub.errors import ThubError
+    from thub.ui.output import console
 
     outcomes = preflight(resolved.backend.name, resolved.values()["ckpt_output_dir"])
     if blocking(outcomes) and not force:
@@ -300,7 +300,7 @@ def _resume_point(run_dir: RunDirectory) -> str | None:
     """The newest complete checkpoint, saying which newer ones were passed over; the metrics
     lines logged after it (all of them without a checkpoint) are dropped, so each step is
     logged once."""
-    from thub.cli.output import console
+    from thub.ui.output import console
 
     found, skipped = run_dir.resume_point()
     out = console()

@@ -1,15 +1,15 @@
 """The dry-run plan on screen: ``thub train ... --dry-run`` (local and ``--launcher slurm``).
 
-Apart from :mod:`thub.cli.train` so that :mod:`thub.launch.submit` shows a plan without importing
-the train command (which imports the launcher: no import cycle).
+Here, not in :mod:`thub.cli`, so that :mod:`thub.launch.submit` shows a plan without importing
+the command-line interface (which imports the launcher: no import cycle).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from thub.cli.output import emit_json, stdout_console, table
 from thub.config.fields import format_value
+from thub.ui.output import emit_json, stdout_console, table
 
 
 def show_plan(resolved: Any, as_json: bool, footer: str | None = "Dry run: nothing was written.") -> None:
