@@ -53,6 +53,8 @@ _EXPORTS: dict[str, str] = {
     "truncate_after": "thub.runner.metrics",
     "PollingFollower": "thub.runner.follow",
     "root_cause_from_file": "thub.runner.rootcause",
+    # files
+    "write_text_atomic": "thub.fileio",
     # Hugging Face Trainer based libraries
     "optional_training_args": "thub.runner.hf_trainer",
     "report_settings": "thub.runner.hf_trainer",
@@ -64,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "torchrun_values": "thub.launch.torchrun",
     # trackers
     "run_name": "thub.trackers",
+    "shared_run_name": "thub.trackers",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -71,6 +74,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ imports on use
     from thub.data import DatasetSource, load_dataset_rows, load_tokenizer, prepare, tokenize_chat, training_rows
     from thub.errors import ThubError, UsageError, did_you_mean
+    from thub.fileio import write_text_atomic
     from thub.hookspecs import hookimpl
     from thub.launch.torchrun import torchrun_values
     from thub.manager import get_registry
@@ -95,7 +99,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
         load_object,
         translation_hook,
     )
-    from thub.trackers import run_name
+    from thub.trackers import run_name, shared_run_name
 
 
 def __getattr__(name: str) -> Any:

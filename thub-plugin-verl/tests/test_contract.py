@@ -64,7 +64,7 @@ def test_grpo_mapping() -> None:
         "actor_rollout_ref.rollout.tensor_model_parallel_size": "2", "trainer.n_gpus_per_node": "4",
         "trainer.nnodes": "2", "actor_rollout_ref.actor.ppo_mini_batch_size": "8",
         "actor_rollout_ref.actor.optim.lr_warmup_steps": "3", "actor_rollout_ref.actor.optim.weight_decay": "0.0",
-        "actor_rollout_ref.actor.optim.betas": "[0.8,0.999]", "actor_rollout_ref.actor.optim.clip_grad": "0.5",
+        "actor_rollout_ref.actor.optim.betas.0": "0.8", "actor_rollout_ref.actor.optim.clip_grad": "0.5",
         "trainer.logger": "[console,file,wandb]", "trainer.project_name": "p", "trainer.experiment_name": "r",
         "trainer.save_freq": "5", "data.seed": "7", "actor_rollout_ref.rollout.name": "vllm",
         "reward.custom_reward_function.path": "out/verl/thub_reward.py",
@@ -272,3 +272,30 @@ def test_num_iterations_means_grpo_steps_like_max_steps() -> None:
     assert overrides(plan(num_iterations=4, max_steps=4))["trainer.total_training_steps"] == "4"
     # thub's default lora_alpha (32) always reaches verl, whose own default is 16
     assert overrides(plan())["actor_rollout_ref.model.lora_alpha"] == "32"
+
+
+def test_differing_run_names_are_an_error_not_a_silent_pick() -> None:
+    # verl has one trainer.experiment_name for W&B and MLflow: a second, different name would be dropped
+    with pytest.raises(UsageError, match="wandb_run_name and mlflow_run_name differ"):
+        plan(wandb_project="p", wandb_run_name="a", mlflow_tracking_uri="file:///tmp/ml", mlflow_run_name="b")
+    assert overrides(plan(mlflow_tracking_uri="file:///tmp/ml", mlflow_run_name="b"))["trainer.experiment_name"] == "b"
+    same = plan(wandb_project="p", wandb_run_name="b", mlflow_tracking_uri="file:///tmp/ml", mlflow_run_name="b")
+    assert overrides(same)["trainer.experiment_name"] == "b"
+    assert overrides(plan())["trainer.experiment_name"] == "out"  # the run directory's name
+
+
+def test_an_unset_beta_is_left_to_verl_and_zero_is_kept() -> None:
+    # verl's optimizer default is betas [0.9, 0.999]: an unset beta must not be spelled out by thub
+    o = overrides(plan(beta1=0.8))
+    assert o["actor_rollout_ref.actor.optim.betas.0"] == "0.8"
+    assert not {"actor_rollout_ref.actor.optim.betas", "actor_rollout_ref.actor.optim.betas.1"} & set(o)
+    o = overrides(plan(beta2=0.95))
+    assert o["actor_rollout_ref.actor.optim.betas.1"] == "0.95" and "actor_rollout_ref.actor.optim.betas.0" not in o
+    assert not any(k.startswith("actor_rollout_ref.actor.optim.betas") for k in overrides(plan()))
+    # an explicit 0.0 (torch's AdamW accepts 0 <= beta < 1; thub's field is stricter) is passed as 0.0,
+    # never turned into the default by a truthiness test
+    from thub_plugin_verl.translate import translate
+
+    values = resolve(load_registry(), "grpo", backend="verl", flags=BASE, environ={}).values()
+    o = overrides(translate("grpo", {**values, "beta1": 0.0, "beta2": 0.0}, num_prompts=64))
+    assert (o["actor_rollout_ref.actor.optim.betas.0"], o["actor_rollout_ref.actor.optim.betas.1"]) == ("0.0", "0.0")

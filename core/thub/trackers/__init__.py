@@ -90,15 +90,24 @@ def run_name(params: Mapping[str, Any], tracker: str) -> str:
     return Path(os.path.abspath(str(params["ckpt_output_dir"]))).name
 
 
-def hf_run_name(params: Mapping[str, Any]) -> str:
-    """The one ``TrainingArguments.run_name`` HF Trainer gives both W&B and MLflow."""
+def shared_run_name(params: Mapping[str, Any], setting: str) -> str:
+    """The one run name a library gives both W&B and MLflow (its ``setting``, e.g. ``"HF Trainer's
+    run_name"``): ``wandb_run_name`` or ``mlflow_run_name``, else the run directory's name.
+
+    Two different names are an error (a usage error naming ``setting``), never a silent pick of one.
+    """
     from thub.errors import UsageError
 
     names = {t: params.get(f"{t}_run_name") for t in ("wandb", "mlflow") if params.get(f"{t}_run_name")}
     if len(set(names.values())) > 1:
-        raise UsageError("wandb_run_name and mlflow_run_name differ, but HF Trainer has one run_name "
+        raise UsageError(f"wandb_run_name and mlflow_run_name differ, but there is one {setting} "
                          f"({names['wandb']!r} vs {names['mlflow']!r}); set one of them, or both the same")
     return next(iter(names.values()), None) or run_name(params, "wandb")
+
+
+def hf_run_name(params: Mapping[str, Any]) -> str:
+    """The one ``TrainingArguments.run_name`` HF Trainer gives both W&B and MLflow."""
+    return shared_run_name(params, "HF Trainer run_name")
 
 
 def wandb_dir(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str:

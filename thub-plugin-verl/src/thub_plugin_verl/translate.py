@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any
 
-from thub.backend import UsageError
+from thub.backend import UsageError, shared_run_name
 
 BACKEND = "verl"
 MODULE = "verl.trainer.main_ppo"
@@ -341,8 +341,8 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
         "trainer.test_freq": -1,
         "trainer.val_before_train": False,
         "trainer.project_name": params.get("wandb_project") or "thub",
-        "trainer.experiment_name": params.get("wandb_run_name") or params.get("mlflow_run_name")
-                                   or os.path.basename(os.path.normpath(params["ckpt_output_dir"])) or "run",
+        # one name for W&B and MLflow: differing wandb_run_name / mlflow_run_name are an error
+        "trainer.experiment_name": shared_run_name(params, "verl trainer.experiment_name"),
         "trainer.logger": loggers,
         "trainer.default_local_dir": files["checkpoints"],
         "trainer.resume_mode": "resume_path" if resume_from else "disable",
@@ -377,8 +377,9 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
     if params.get("use_dr_grpo"):
         # Dr. GRPO (Liu et al. 2025): no std normalisation of advantages, sequence-sum loss
         o.update({"algorithm.norm_adv_by_std_in_grpo": False, f"{actor}.loss_agg_mode": "seq-mean-token-sum-norm"})
-    if params.get("beta1") is not None or params.get("beta2") is not None:
-        o[f"{actor}.optim.betas"] = [params.get("beta1") or 0.9, params.get("beta2") or 0.999]
+    # each beta set on its own (Hydra's list-index override): an unset one keeps verl's default
+    o.update({f"{actor}.optim.betas.{i}": params[name] for i, name in enumerate(("beta1", "beta2"))
+              if params.get(name) is not None})
 
     overrides = [f"{key}={hydra_value(value)}" for key, value in o.items()]
     notes = []
