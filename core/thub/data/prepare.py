@@ -27,6 +27,7 @@ from thub.data.formats import DatasetSource
 from thub.data.loading import load_sources
 from thub.data.mixing import mix_loaded
 from thub.data.tokenize import IGNORE, TokenizeStats, tokenize_chat, tokenize_documents
+from thub.data.training import TrainingData
 from thub.errors import UsageError
 
 CACHE_VERSION = 1
@@ -174,10 +175,13 @@ def _template_for(kind: str, tokenizer: Any) -> Any:
 def prepare(sources: Sequence[DatasetSource], tokenizer: Any, output: str | os.PathLike[str], *,
             max_seq_len: int | None = None, overlong: str = "truncate", strategy: str = "concat",
             probabilities: Sequence[float] | None = None, seed: int = 42, unmask: bool = False, num_proc: int = 1,
-            use_cache: bool = True, output_format: str | None = None) -> PrepareResult:
+            use_cache: bool = True, output_format: str | None = None,
+            validated: TrainingData | None = None) -> PrepareResult:
     """Validate, mix and tokenize ``sources`` into ``output`` (JSONL, or Parquet by suffix/format).
 
-    ``tokenizer`` is a loaded tokenizer or a model path. Raises :class:`UsageError` (nothing
+    ``tokenizer`` is a loaded tokenizer or a model path. ``validated``: the rows already
+    validated and mixed from ``sources`` with these mixing settings (the run context passes
+    the parent's), so they are not read again. Raises :class:`UsageError` (nothing
     written) on bad data, a template that does not fit the tokenizer, a dataset with no trained
     token, or overlong samples under ``overlong="error"``.
     """
@@ -185,12 +189,14 @@ def prepare(sources: Sequence[DatasetSource], tokenizer: Any, output: str | os.P
     fmt = output_format or ("parquet" if out.suffix.lower() in (".parquet", ".pq") else "jsonl")
     if fmt not in ("jsonl", "parquet"):
         raise UsageError(f"output format: expected jsonl or parquet, found {fmt!r}")
-    loaded = load_sources(list(sources))
-    kind = loaded[0].kind
+    if validated is None:
+        loaded = load_sources(list(sources))
+        validated = TrainingData(*mix_loaded(loaded, strategy, probabilities, seed), loaded[0].kind, "")
+    kind = validated.kind
     if kind == "grpo":
         raise UsageError("data: GRPO prompts are not tokenized ahead of training; backends read them as they are "
                          "(use `thub data check` to validate them)")
-    rows, locations = mix_loaded(loaded, strategy, probabilities, seed)
+    rows, locations = validated.rows, validated.locations
     if isinstance(tokenizer, str):
         tokenizer = load_tokenizer(tokenizer)
     settings = {"max_seq_len": max_seq_len, "overlong": overlong, "strategy": strategy, "seed": seed,

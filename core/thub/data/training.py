@@ -1,18 +1,54 @@
 """The rows a training run uses, from its parameters: one path or a mix of datasets.
 
-Backends call :func:`training_rows` instead of reading ``data_path`` themselves, so that
-``datasets``, ``mix_strategy`` and ``mix_probabilities`` mean the same on every backend that
-honours them.
+One data entry for every backend: the parent (``thub train``, ``thub.train()``, a SLURM
+submission) validates, normalises and mixes the data once, before anything starts
+(:func:`validate_training_data`), and keeps the result in the run directory (``thub_data/``,
+:func:`save_training_data`). The training child reads it back through
+:meth:`thub.runner.context.RunContext.data` / ``rows()`` / ``prepare()`` (:func:`training_data`),
+so a backend trains on exactly the rows the parent validated: ``datasets``, ``mix_strategy``,
+``mix_probabilities``, ``data_format`` and the ShareGPT tags are applied once, in one place.
+
+The kept rows are keyed by the data settings and the source files' size and modification
+time: a file changed since the parent validated it is validated again, never read stale.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from thub.data.formats import DatasetSource
 from thub.data.loading import load_sources
 from thub.data.mixing import mix_loaded
+
+#: the run directory's folder holding the validated rows (``rows.jsonl`` + ``rows.thub.json``)
+DATA_DIR = "thub_data"
+CACHE_VERSION = 1
+# the parameters that decide which rows a run trains on (the key of the kept rows)
+_SETTINGS = ("data_path", "datasets", "data_format", "document_column_name", "mix_strategy", "mix_probabilities",
+             "seed")
+
+
+@dataclass
+class TrainingData:
+    """Validated, normalised and mixed rows, with where each came from.
+
+    Attributes:
+        rows: canonical rows (see :mod:`thub.data.formats`): ``{"messages", "unmask"?}``,
+            ``{"document"}``, ``{"prompt", "ground_truth"}`` or ``{"input_ids", "labels"}``.
+        locations: ``file:line`` of each row, for messages that name the row.
+        kind: ``chat``, ``document``, ``grpo`` or ``processed`` (one kind per run).
+        key: the data settings and files these rows were read from (see :func:`data_key`).
+    """
+
+    rows: list[dict[str, Any]]
+    locations: list[str]
+    kind: str
+    key: str
 
 
 def training_sources(params: Mapping[str, Any]) -> list[DatasetSource]:
@@ -31,11 +67,100 @@ def training_sources(params: Mapping[str, Any]) -> list[DatasetSource]:
     return sources
 
 
-def training_rows(params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Validated, normalised and mixed rows with their ``file:line`` locations.
+def mix_settings(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The mixing keywords of :func:`thub.data.prepare.prepare` for a run's parameters."""
+    return {"strategy": params.get("mix_strategy") or "concat", "probabilities": params.get("mix_probabilities"),
+            "seed": int(params.get("seed", 42))}
+
+
+def validate_training_data(params: Mapping[str, Any]) -> TrainingData:
+    """Read, validate, normalise and mix the run's data (no tokenizer, no heavy import).
 
     Bad data raises :class:`thub.errors.UsageError` naming every file and line at once.
     """
+    key = data_key(params)  # before reading: a file changed while it is read gets another key
     loaded = load_sources(training_sources(params))
-    return mix_loaded(loaded, params.get("mix_strategy") or "concat", params.get("mix_probabilities"),
-                      int(params.get("seed", 42)))
+    mixing = mix_settings(params)
+    rows, locations = mix_loaded(loaded, mixing["strategy"], mixing["probabilities"], mixing["seed"])
+    return TrainingData(rows, locations, loaded[0].kind, key)
+
+
+def training_rows(params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Validated, normalised and mixed rows with their ``file:line`` locations.
+
+    What ``thub data check`` and the dry run use; a backend reads its data through the run
+    context instead (``context.rows()``), which reuses the parent's validation.
+    """
+    data = validate_training_data(params)
+    return data.rows, data.locations
+
+
+def data_key(params: Mapping[str, Any]) -> str:
+    """Hash of the data settings and each source file's path, size and modification time."""
+    digest = hashlib.sha256(f"thub-rows-{CACHE_VERSION}".encode())
+    digest.update(json.dumps({name: params.get(name) for name in _SETTINGS}, sort_keys=True, default=str).encode())
+    for source in training_sources(params):
+        path = Path(source.path)
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            try:
+                stat = file.stat()
+                digest.update(f"{file}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+            except OSError:
+                digest.update(f"{file}\0missing\n".encode())
+    return digest.hexdigest()
+
+
+def _paths(directory: str | Path) -> tuple[Path, Path]:
+    return Path(directory) / "rows.jsonl", Path(directory) / "rows.thub.json"
+
+
+def save_training_data(data: TrainingData, directory: str | Path) -> bool:
+    """Keep validated rows in ``directory`` (atomically) for the training child to read back.
+
+    Returns False, keeping nothing, for rows JSON cannot hold exactly (the child then validates
+    the data itself, as it would without this copy).
+    """
+    from thub.fileio import write_text_atomic
+
+    rows_file, meta_file = _paths(directory)
+    try:
+        text = "".join(json.dumps([where, row], ensure_ascii=False, allow_nan=False) + "\n"
+                       for where, row in zip(data.locations, data.rows, strict=True))
+    except (TypeError, ValueError):
+        return False
+    meta_file.unlink(missing_ok=True)  # no key names the old rows while the new ones are written
+    write_text_atomic(rows_file, text, parents=True)
+    meta = {"version": CACHE_VERSION, "key": data.key, "kind": data.kind, "count": len(data.rows)}
+    write_text_atomic(meta_file, json.dumps(meta, indent=2) + "\n")
+    return True
+
+
+def load_training_data(params: Mapping[str, Any], directory: str | Path) -> TrainingData | None:
+    """The rows kept in ``directory`` when they were read from ``params``'s data as it is now; else None."""
+    rows_file, meta_file = _paths(directory)
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        if meta.get("version") != CACHE_VERSION or meta.get("key") != data_key(params):
+            return None
+        rows, locations = [], []
+        with rows_file.open(encoding="utf-8") as handle:
+            for line in handle:
+                where, row = json.loads(line)
+                locations.append(where)
+                rows.append(row)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None  # missing, unreadable or foreign: validate again
+    if len(rows) != meta.get("count"):
+        return None
+    return TrainingData(rows, locations, meta["kind"], meta["key"])
+
+
+def training_data(params: Mapping[str, Any], directory: str | Path | None = None) -> TrainingData:
+    """The rows the run trains on: those the parent validated (kept in ``directory``), or, where
+    none were kept for this data, validated now."""
+    if directory is not None:
+        kept = load_training_data(params, directory)
+        if kept is not None:
+            return kept
+    return validate_training_data(params)
