@@ -80,13 +80,10 @@ def read_cache(name: str, key: str) -> Any | None:
 
 def write_cache(name: str, key: str, value: Any) -> None:
     """Store ``value`` atomically (a concurrent reader sees the old or the new file)."""
-    folder = cache_dir()
+    from thub.fileio import write_text_atomic  # on a cache miss only: a warm start imports nothing more
+
     try:
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f".{name}.{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump({"key": key, "value": value}, handle)
-        os.replace(tmp, os.path.join(folder, name))
+        write_text_atomic(os.path.join(cache_dir(), name), json.dumps({"key": key, "value": value}), parents=True)
     except OSError:
         pass  # a read-only home only costs speed
 

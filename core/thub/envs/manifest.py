@@ -63,9 +63,9 @@ class Manifest:
 
     def write(self) -> None:
         """Write atomically (a reader never sees half a manifest)."""
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=False, default=str) + "\n")
-        os.replace(tmp, self.path)
+        from thub.fileio import write_text_atomic
+
+        write_text_atomic(self.path, json.dumps(self.data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def backend_spec(entry: dict[str, Any], python: str) -> BackendSpec:

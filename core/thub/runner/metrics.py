@@ -73,9 +73,9 @@ def truncate_after(path: str | Path, step: int) -> int:
     lines = read_metrics(path)
     keep = [line for line in lines if line.get("step", 0) <= step]
     if len(keep) != len(lines):
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(line) + "\n" for line in keep))
-        os.replace(tmp, path)
+        from thub.fileio import write_text_atomic
+
+        write_text_atomic(path, "".join(json.dumps(line) + "\n" for line in keep))
     return len(lines) - len(keep)
 
 

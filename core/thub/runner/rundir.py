@@ -13,33 +13,22 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from thub.errors import UsageError
+from thub.fileio import write_text_atomic
 
 FINISHED = ("succeeded",)
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON to a temp file in the same directory, then rename over ``path``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, default=str)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` as indented JSON with :func:`thub.fileio.write_text_atomic` (owner-only, as
+    the run's record and result always were)."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n", mode=0o600)
 
 
 def read_json(path: str | Path) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from thub.backend import RunContext, UsageError
+from thub.backend import RunContext, UsageError, write_text_atomic
 from thub_plugin_axolotl.translate import translate
 
 
@@ -41,14 +41,6 @@ def axolotl_rows(rows: list[dict[str, Any]], locations: list[str], pretraining: 
     return out
 
 
-def _write(path: Path, text: str) -> None:
-    """Atomic write: every rank writes the same content, none reads a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_inputs(params: dict[str, Any], plan: dict[str, Any], resume_from: str | None = None) -> int:
     """The data file and config.yaml axolotl reads; returns the row count."""
     import yaml
@@ -60,8 +52,10 @@ def write_inputs(params: dict[str, Any], plan: dict[str, Any], resume_from: str 
     config = dict(plan["config"])
     if resume_from:
         config["resume_from_checkpoint"] = resume_from
-    _write(Path(plan["data"]["file"]), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data))
-    _write(Path(plan["config_file"]), yaml.safe_dump(config, sort_keys=False))
+    # every rank writes the same content; atomically, so that none reads a half-written file
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data)
+    write_text_atomic(Path(plan["data"]["file"]), lines, parents=True)
+    write_text_atomic(Path(plan["config_file"]), yaml.safe_dump(config, sort_keys=False), parents=True)
     return len(data)
 
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from thub.backend import RunContext, UsageError
+from thub.backend import RunContext, UsageError, write_text_atomic
 from thub_plugin_llamafactory.translate import translate
 
 
@@ -61,14 +61,6 @@ def lf_rows(rows: list[dict[str, Any]], locations: list[str], pretraining: bool,
     return out
 
 
-def _write(path: Path, text: str) -> None:
-    """Atomic write: every rank writes the same content, none reads a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_inputs(params: dict[str, Any], plan: dict[str, Any]) -> int:
     """The data file, dataset_info.json and train.yaml LLaMA-Factory reads; returns the row count."""
     import yaml
@@ -78,9 +70,11 @@ def write_inputs(params: dict[str, Any], plan: dict[str, Any]) -> int:
     rows, locations = training_rows(params)
     data = lf_rows(rows, locations, plan["data"]["mode"] == "pretraining", bool(params.get("unmask_messages")))
     work = Path(plan["args"]["dataset_dir"])
-    _write(Path(plan["data"]["file"]), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data))
-    _write(work / "dataset_info.json", json.dumps(plan["dataset_info"], indent=2))
-    _write(Path(plan["config_file"]), yaml.safe_dump(plan["args"], sort_keys=False))
+    # every rank writes the same content; atomically, so that none reads a half-written file
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data)
+    write_text_atomic(Path(plan["data"]["file"]), lines, parents=True)
+    write_text_atomic(work / "dataset_info.json", json.dumps(plan["dataset_info"], indent=2), parents=True)
+    write_text_atomic(Path(plan["config_file"]), yaml.safe_dump(plan["args"], sort_keys=False), parents=True)
     return len(data)
 
 
