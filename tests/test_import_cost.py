@@ -47,7 +47,8 @@ def test_import_thub_is_cheap() -> None:
 
 def test_help_does_not_build_parameter_models() -> None:
     # pydantic model classes are built only for the command that needs them
-    probe = _cli("--help") + "import sys\nassert 'thub_builtins.params' not in sys.modules, 'params loaded'\n"
+    probe = _cli("--help") + ("import sys\nassert 'thub_builtins.params' not in sys.modules, 'params loaded'\n"
+                              "assert 'thub.params' not in sys.modules, 'BaseParams loaded'\n")
     assert imported_heavy_modules(probe) == []
 
 

@@ -44,7 +44,7 @@ def _divergence_steps(values: dict[str, Any]) -> int:
     """``divergence_steps`` of the run; an algorithm whose parameters lack it gets its default."""
     if values.get("divergence_steps") is not None:
         return int(values["divergence_steps"])
-    from thub_builtins.params import BaseParams
+    from thub.params import BaseParams
 
     return int(BaseParams.model_fields["divergence_steps"].default)
 

@@ -1,0 +1,74 @@
+"""Import boundaries of the core, read from the source (ast), not from what a run happens to import.
+
+* The runner, doctor and launchers print through :mod:`thub.ui`, never through :mod:`thub.cli`
+  (issue 16 item 2: ``launch/submit.py`` imported ``thub.cli.output`` and ``thub.cli.plan``).
+* The core never imports a plugin, the built-in one included: third-party algorithms subclass
+  :class:`thub.params.BaseParams` without importing ``thub_builtins`` (issue 16 item 4).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parents[1] / "core" / "thub"
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in ``path``, at any depth (function-level too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from thub import cli` imports thub.cli too
+            found.extend((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+            found.append((node.lineno, node.module))
+    return found
+
+
+def offending(root: Path, forbidden: str) -> list[str]:
+    """``file:line: module`` for every import of ``forbidden`` (or a submodule) under ``root``."""
+    return [f"{path.relative_to(CORE.parent)}:{line}: {module}"
+            for path in sorted(root.rglob("*.py"))
+            for line, module in imports_of(path)
+            if module == forbidden or module.startswith(forbidden + ".")]
+
+
+@pytest.mark.parametrize("package", ["runner", "doctor", "launch"])
+def test_runner_doctor_and_launch_never_import_the_cli(package: str) -> None:
+    assert offending(CORE / package, "thub.cli") == []
+
+
+def test_the_core_never_imports_the_builtin_plugin() -> None:
+    assert offending(CORE, "thub_builtins") == []
+
+
+def test_the_walk_finds_function_level_imports(tmp_path: Path) -> None:
+    # the check itself must be able to fail: the imports it has to catch are often inside functions
+    (tmp_path / "m.py").write_text("def f():\n    from thub.cli.output import console\n"
+                                   "def g():\n    from thub import cli\n")
+    found = [module for _, module in imports_of(tmp_path / "m.py")]
+    assert "thub.cli.output" in found and "thub.cli" in found
+
+
+def test_a_third_party_algorithm_needs_no_builtin_plugin() -> None:
+    # what docs/hooks.md shows for thub_register_algorithms, in a fresh interpreter
+    probe = (
+        "import sys\n"
+        "from thub.params import BaseParams, param\n"
+        "from thub.config.fields import param_infos\n"
+        "class DPOParams(BaseParams):\n"
+        "    beta: float = param(0.1, group='dpo', help='Strength of the KL penalty.', gt=0)\n"
+        "infos = param_infos(DPOParams)\n"
+        "assert infos['beta'].group == 'dpo' and infos['divergence_steps'].default == 3, infos\n"
+        "DPOParams(model_path='m', data_path='d.jsonl', ckpt_output_dir='o')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'thub_builtins'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
