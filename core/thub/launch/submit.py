@@ -93,9 +93,9 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
 
     from thub.runner.lock import RunLock
     from thub.runner.rundir import RunDirectory, write_json_atomic
-    from thub.runner.supervisor import _validate_data, build_record
+    from thub.runner.supervisor import _keep_data, _validate_data, build_record
 
-    _validate_data(resolved)  # seconds, here, rather than after the queue wait
+    data = _validate_data(resolved)  # seconds, here, rather than after the queue wait
     run_dir = RunDirectory(request.run_dir)
     run_dir.check_not_foreign()
     # a live run (a running job, on this host or a shared FS with flock) refuses us: exit 2;
@@ -108,6 +108,7 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
         record["launch"] = {**launch, "job_ids": [], "submitted": None,
                             "environment": slurm.environment_summary()}
         write_json_atomic(run_dir.record, record)
+        _keep_data(data, run_dir)  # the job's child reads these rows back (thub_data/)
         slurm.write_script(request)
         job_ids = slurm.submit(request)
         record["launch"].update(job_ids=job_ids, submitted=time.time())

@@ -8,10 +8,14 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thub.runner.metrics import MetricsWriter
 from thub.runner.rundir import RunDirectory
+
+if TYPE_CHECKING:
+    from thub.data.prepare import PrepareResult
+    from thub.data.training import TrainingData
 
 
 @dataclass
@@ -24,6 +28,10 @@ class RunContext:
         run_dir: the run directory layout.
         resume_from: checkpoint path to continue from, or None.
         metrics: the metrics writer (use it on the main process only).
+
+    The data comes from one entry: :meth:`data` / :meth:`rows` for the rows, :meth:`prepare` for
+    thub's tokenized file. Never read ``params["data_path"]`` yourself: the parent already
+    validated and mixed the data (``datasets``, ``mix_*``, tags) and these return those rows.
     """
 
     algorithm: str
@@ -33,6 +41,7 @@ class RunContext:
     resume_from: str | None = None
     metrics: MetricsWriter = field(init=False)
     _stop_signal: int | None = field(default=None, init=False)
+    _data: TrainingData | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.metrics = MetricsWriter(self.run_dir.metrics)
@@ -68,3 +77,31 @@ class RunContext:
         line = json.dumps({"event": "checkpoint", "path": str(path), "step": step, "timestamp": time.time()})
         with open(self.run_dir.events, "a") as handle:
             handle.write(line + "\n")
+
+    def data(self) -> TrainingData:
+        """The rows this run trains on, validated, normalised and mixed, with their locations
+        and kind: the parent's validation read back from the run directory (``thub_data/``), or,
+        where it kept none for this data (a file changed since), validated now. Read once per
+        process."""
+        if self._data is None:
+            from thub.data.training import DATA_DIR, training_data
+
+            self._data = training_data(self.params, self.run_dir.path / DATA_DIR)
+        return self._data
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The canonical rows of :meth:`data` (see :mod:`thub.data.formats`)."""
+        return self.data().rows
+
+    def prepare(self, tokenizer: Any, output: str | Path, **options: Any) -> PrepareResult:
+        """Tokenize :meth:`data` into ``output`` with :func:`thub.data.prepare` (cached by content).
+
+        ``options`` are prepare's tokenizing keywords (``max_seq_len``, ``overlong``, ``unmask``,
+        ``num_proc``, ``use_cache``, ``output_format``); the sources and the mixing settings are
+        the run's own.
+        """
+        from thub.data.prepare import prepare
+        from thub.data.training import mix_settings, training_sources
+
+        return prepare(training_sources(self.params), tokenizer, output, **mix_settings(self.params), **options,
+                       validated=self.data())

@@ -7,6 +7,7 @@
     logs/train.log           the child's full stdout and stderr (one section per attempt)
     checkpoints/             the backend's checkpoints
     final/, merged/          the final model (and merged export) where the backend saves one
+    thub_data/               the rows the parent validated, read back by the child (context.rows())
     .thub.lock               held (flock) by the live run's processes: one live run per directory
 """
 
@@ -43,7 +44,7 @@ _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 # What thub's run layout owns in a run directory: --overwrite removes these (and what the run
 # itself created there, see RunDirectory.owned_entries), never anything else.
 LAYOUT = ("thub_run.json", "training_metrics.jsonl", "events.jsonl", "result.json", "logs", "checkpoints",
-          "final", "merged", "slurm")
+          "final", "merged", "slurm", "thub_data")
 
 
 def _remove(path: Path) -> None:

@@ -18,7 +18,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import Requirement
 
@@ -36,6 +36,9 @@ from thub.runner.rootcause import disk_full_cause, read_section, root_cause
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.selection import installed_version
 from thub.specs import RunEvent
+
+if TYPE_CHECKING:
+    from thub.data.training import TrainingData
 
 POLL_SECONDS = 0.2
 
@@ -100,11 +103,19 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
     return record
 
 
-def _validate_data(resolved: ResolvedConfig) -> None:
-    """Validate the data before anything is written or started (bad data: exit 2)."""
-    from thub.data import training_rows
+def _validate_data(resolved: ResolvedConfig) -> TrainingData:
+    """Validate the data before anything is written or started (bad data: exit 2); the rows are
+    kept in the run directory (:func:`_keep_data`) for the child's ``context.rows()``."""
+    from thub.data.training import validate_training_data
 
-    training_rows(resolved.values())
+    return validate_training_data(resolved.values())
+
+
+def _keep_data(data: TrainingData, run_dir: RunDirectory) -> None:
+    """The validated rows where the child reads them back (thub_data/): validated once per run."""
+    from thub.data.training import DATA_DIR, save_training_data
+
+    save_training_data(data, run_dir.path / DATA_DIR)
 
 
 def _preflight(resolved: ResolvedConfig, force: bool = False) -> None:
@@ -264,7 +275,7 @@ def run_training(
     """
     params = resolved.values()
     run_dir = RunDirectory(Path(params["ckpt_output_dir"]))
-    _validate_data(resolved)
+    data = _validate_data(resolved)
     from thub.trackers.check import validate as validate_trackers
 
     validate_trackers(resolved)  # a missing tracker package or unreachable store: exit 2, nothing written
@@ -291,6 +302,7 @@ def run_training(
         record = build_record(resolved, command_line or ["thub.api"], resume_from)
         record["user_entries"] = user_entries
         write_json_atomic(run_dir.record, record)
+        _keep_data(data, run_dir)
         # under Kubeflow / plain multi-node (PET_* set), only node 0 owns result.json
         return supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
                          resume_from=resume_from, quiet_json=quiet_json, head=head, lock=lock)
