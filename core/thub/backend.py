@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "did_you_mean": "thub.errors",
     # the machine and installed libraries
     "cuda_visible": "thub.selection",
+    "when_gpu_visible": "thub.selection",
     "requirement_problem": "thub.selection",
     "installed_version": "thub.selection",
     # the training child
@@ -89,7 +90,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
     )
     from thub.runner.metrics import MetricsTail, MetricsWriter, read_metrics, truncate_after
     from thub.runner.rootcause import root_cause_from_file
-    from thub.selection import cuda_visible, installed_version, requirement_problem
+    from thub.selection import cuda_visible, installed_version, requirement_problem, when_gpu_visible
     from thub.specs import (
         BackendSpec,
         CheckContext,

@@ -57,6 +57,14 @@ def cuda_visible() -> bool:
     return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
 
 
+def when_gpu_visible(_context: object = None) -> bool:
+    """``CheckSpec.applies`` for a check that means something only with an NVIDIA GPU (a CUDA
+    library, the GPU count): without one it is "not applicable", never a failure whose fix (a
+    CUDA build, another GPU) cannot work here. Calls :func:`cuda_visible` each time, so a test
+    that patches ``thub.selection.cuda_visible`` after the checks are registered is honoured."""
+    return cuda_visible()
+
+
 def backend_status(backend: BackendSpec) -> tuple[bool, str]:
     """(can run here, why not) for one backend."""
     missing = missing_requirements(backend)

@@ -104,19 +104,15 @@ def _module_collision_check(_context: CheckContext) -> CheckResult:
     )
 
 
-def _gpu_visible(_context: CheckContext) -> bool:
-    from thub.backend import cuda_visible
-
-    return cuda_visible()
-
-
 @hookimpl
 def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
+    from thub.backend import when_gpu_visible  # on use: importing the plugin (and its runner) stays light
+
     only = frozenset({BACKEND})
     preflight = frozenset({"preflight"})
     register(CheckSpec("art.single-gpu", "ART trains on one GPU", _single_gpu_check, tags=preflight, backends=only,
-                       applies=_gpu_visible))
+                       applies=when_gpu_visible))
     register(CheckSpec("art.vllm-runtime", "ART's vLLM runtime", _vllm_runtime_check, backends=only,
-                       applies=_gpu_visible))
+                       applies=when_gpu_visible))
     register(CheckSpec("art.module-collision", "the `art` module belongs to openpipe-art", _module_collision_check,
                        tags=preflight, backends=only))

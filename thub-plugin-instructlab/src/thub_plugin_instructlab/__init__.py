@@ -64,12 +64,6 @@ def _flash_attn_check(_context: CheckContext) -> CheckResult:
     )
 
 
-def _gpu_visible(_context: CheckContext) -> bool:
-    from thub.backend import cuda_visible
-
-    return cuda_visible()
-
-
 def _short_samples_check(_context: CheckContext) -> CheckResult:
     return CheckResult(
         "warn", f"instructlab-training silently drops samples shorter than {MIN_SAMPLE_TOKENS} tokens "
@@ -82,8 +76,10 @@ def _short_samples_check(_context: CheckContext) -> CheckResult:
 
 @hookimpl
 def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
+    from thub.backend import when_gpu_visible  # on use: importing the plugin (and its runner) stays light
+
     only = frozenset({BACKEND})
     register(CheckSpec("instructlab.flash-attn", "flash-attn for instructlab-training", _flash_attn_check,
-                       tags=frozenset({"preflight"}), backends=only, applies=_gpu_visible))
+                       tags=frozenset({"preflight"}), backends=only, applies=when_gpu_visible))
     register(CheckSpec("instructlab.short-samples", "samples instructlab-training drops", _short_samples_check,
                        backends=only))

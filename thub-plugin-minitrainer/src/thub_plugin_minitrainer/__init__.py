@@ -54,14 +54,6 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
 thub_translate_params = translation_hook(BACKEND, translate)
 
 
-def _gpu_visible(_context: CheckContext) -> bool:
-    """flash-attn is a CUDA library: without a GPU the check is "not applicable", never a failure
-    whose fix (a CUDA source build) cannot work here."""
-    from thub.backend import cuda_visible
-
-    return cuda_visible()
-
-
 def _attention_check(context: CheckContext) -> CheckResult:
     from thub.backend import requirement_problem
 
@@ -88,10 +80,12 @@ def _torchrun_check(_context: CheckContext) -> CheckResult:
 
 @hookimpl
 def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
+    from thub.backend import when_gpu_visible  # on use: importing the plugin (and its runner) stays light
+
     only = frozenset({BACKEND})
     pre, gpu = frozenset({"preflight"}), frozenset({"preflight", "gpu"})
     docs = f"{README}#doctor-checks"
     register(CheckSpec("minitrainer.attention", "flash-attn or TESTING=true", _attention_check, tags=gpu,
-                       backends=only, docs=docs, applies=_gpu_visible))
+                       backends=only, docs=docs, applies=when_gpu_visible))
     register(CheckSpec("minitrainer.torchrun", "torchrun launcher", _torchrun_check, tags=pre, backends=only,
                        docs=docs))

@@ -127,18 +127,14 @@ def _stale_gpu_processes_check(_context: CheckContext) -> CheckResult:
     return CheckResult("ok", "no other process holds GPU memory")
 
 
-def _gpu_visible(_context: CheckContext) -> bool:
-    from thub.backend import cuda_visible
-
-    return cuda_visible()
-
-
 @hookimpl
 def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
+    from thub.backend import when_gpu_visible  # on use: importing the plugin (and its runner) stays light
+
     only = frozenset({BACKEND})
     preflight = frozenset({"preflight"})
     register(CheckSpec("verl.vllm-torch", "vllm and torch versions pair up", _pairing_check, tags=preflight,
                        backends=only))
     register(CheckSpec("verl.ray-tmpdir", "Ray socket path length", _ray_tmpdir_check, tags=preflight, backends=only))
     register(CheckSpec("verl.gpu-processes", "GPU memory held by other processes", _stale_gpu_processes_check,
-                       backends=only, applies=_gpu_visible))
+                       backends=only, applies=when_gpu_visible))
