@@ -40,7 +40,8 @@ PROFILES = {
     },
     "pyxis": {
         "gpus_per_node": 8, "tmpdir": "keep", "reservation": "big-run",
-        "container": {"runtime": "pyxis", "image": "nvcr.io#nvidia/pytorch:25.01-py3", "options": ["--container-writable"]},
+        "container": {"runtime": "pyxis", "image": "nvcr.io#nvidia/pytorch:25.01-py3",
+                      "options": ["--container-writable"]},
         "python": "python",
     },
 }
@@ -229,3 +230,15 @@ def test_runs_commands_without_a_scheduler(tmp_path: Path) -> None:
     status = json.loads(thub("runs", "status", str(run), "--json", env={"PATH": "/nonexistent"}).stdout)
     assert status["progress"]["percent"] == 40.0 and status["progress"]["eta_seconds"] == 6.0
     assert thub("runs", "status", str(tmp_path)).returncode == 2
+
+
+def test_a_refused_submission_leaves_no_directory_behind(tmp_path: Path) -> None:
+    # issue 16: submit repeated the local run's lock/prepare/record steps and missed one: a run
+    # directory made only to be locked stayed behind when preparing it refused (here --resume)
+    out = tmp_path / "never-ran"
+    done = thub("train", "sft", "--backend", "trl", "--model-path", "m", "--data-path",
+                str(ROOT / "examples" / "data" / "chat.jsonl"), "--ckpt-output-dir", str(out),
+                "--launcher", "slurm", "--resume", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "nothing to resume" in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()

@@ -91,24 +91,17 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
         out.print("\n[dim]Dry run: only the script was written; nothing was submitted.[/dim]")
         return 0
 
-    from thub.runner.lock import RunLock
     from thub.runner.rundir import RunDirectory, write_json_atomic
-    from thub.runner.supervisor import _keep_data, _validate_data, build_record
+    from thub.runner.supervisor import _validate_data, prepared_run
 
     data = _validate_data(resolved)  # seconds, here, rather than after the queue wait
     run_dir = RunDirectory(request.run_dir)
-    run_dir.check_not_foreign()
-    # a live run (a running job, on this host or a shared FS with flock) refuses us: exit 2;
-    # released once submitted: the job takes it (thub.launch.worker waits for it)
-    with RunLock(run_dir.path):
-        user_entries = run_dir.prepare(overwrite=overwrite, resume=resume)  # what --overwrite must keep
-        latest = run_dir.latest_checkpoint() if resume else None
-        record = build_record(resolved, command_line, str(latest[0]) if latest else None)
-        record["user_entries"] = user_entries
-        record["launch"] = {**launch, "job_ids": [], "submitted": None,
-                            "environment": slurm.environment_summary()}
-        write_json_atomic(run_dir.record, record)
-        _keep_data(data, run_dir)  # the job's child reads these rows back (thub_data/)
+    # the same lock, preparation and record as a local run; the lock is released once submitted:
+    # the job takes it (thub.launch.worker waits for it)
+    with prepared_run(resolved, run_dir, data, overwrite=overwrite, resume=resume, command_line=command_line,
+                      launch={**launch, "job_ids": [], "submitted": None,
+                              "environment": slurm.environment_summary()}) as prepared:
+        record = prepared.record
         slurm.write_script(request)
         job_ids = slurm.submit(request)
         record["launch"].update(job_ids=job_ids, submitted=time.time())

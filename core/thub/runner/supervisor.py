@@ -16,6 +16,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -285,13 +287,43 @@ def run_training(
     check_model_path(params)  # a mistyped path, no config.json, no chat template: exit 2, nothing written
     from thub.launch.torchrun import is_head_node
 
-    run_dir.check_not_foreign()  # before the lock file is created in someone else's directory
-    created = not run_dir.path.exists()
     head = is_head_node()
     # the other nodes of a multi-node job (PET_NODE_RANK > 0) share node 0's directory: not theirs to lock
+    with prepared_run(resolved, run_dir, data, overwrite=overwrite, resume=resume,
+                      command_line=command_line or ["thub.api"], head=head) as prepared:
+        # under Kubeflow / plain multi-node (PET_* set), only node 0 owns result.json
+        return supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
+                         resume_from=prepared.resume_from, quiet_json=quiet_json, head=head, lock=prepared.lock)
+
+
+@dataclass
+class PreparedRun:
+    """A run directory made ready under its lock (what :func:`prepared_run` yields)."""
+
+    record: dict[str, Any]  # as written to thub_run.json
+    resume_from: str | None
+    lock: RunLock | None  # None on a node that does not own the directory
+
+
+@contextlib.contextmanager
+def prepared_run(resolved: ResolvedConfig, run_dir: RunDirectory, data: TrainingData, *, overwrite: bool,
+                 resume: bool, command_line: list[str], head: bool = True,
+                 launch: dict[str, Any] | None = None) -> Iterator[PreparedRun]:
+    """Lock the run directory, prepare it, write ``thub_run.json`` and keep the validated rows:
+    the sequence every launch shares (a local run; a SLURM submission, :mod:`thub.launch.submit`).
+
+    The lock is held until the ``with`` block ends (a local run: until it ends; a submission:
+    until the jobs are queued); a live run in the directory refuses us (exit 2), as does a
+    finished one unless ``overwrite``, and a directory made only to be refused is removed again.
+    ``resume`` starts from the newest complete checkpoint. ``launch`` becomes the record's
+    ``launch`` section before the first write. ``head=False`` (a node of a multi-node job other
+    than node 0) takes no lock.
+    """
+    run_dir.check_not_foreign()  # before the lock file is created in someone else's directory
+    created = not run_dir.path.exists()
     with RunLock(run_dir.path) if head else contextlib.nullcontext() as lock:
         try:
-            user_entries = run_dir.prepare(overwrite=overwrite, resume=resume)
+            user_entries = run_dir.prepare(overwrite=overwrite, resume=resume)  # what --overwrite must keep
         except UsageError:
             if created:  # refused: leave no directory behind that we made only to lock it
                 import shutil
@@ -299,13 +331,13 @@ def run_training(
                 shutil.rmtree(run_dir.path, ignore_errors=True)
             raise
         resume_from = _resume_point(run_dir) if resume else None
-        record = build_record(resolved, command_line or ["thub.api"], resume_from)
+        record = build_record(resolved, command_line, resume_from)
         record["user_entries"] = user_entries
+        if launch is not None:
+            record["launch"] = launch
         write_json_atomic(run_dir.record, record)
-        _keep_data(data, run_dir)
-        # under Kubeflow / plain multi-node (PET_* set), only node 0 owns result.json
-        return supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
-                         resume_from=resume_from, quiet_json=quiet_json, head=head, lock=lock)
+        _keep_data(data, run_dir)  # the child reads these rows back (thub_data/)
+        yield PreparedRun(record, resume_from, lock)
 
 
 def _resume_point(run_dir: RunDirectory) -> str | None:
