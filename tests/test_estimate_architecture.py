@@ -71,3 +71,20 @@ def test_example_tiny_model_config(tiny_model: Path) -> None:
     facts = load_facts(root)
     model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(root))
     assert facts.total_params == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("variable", ["HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"])
+def test_hub_id_is_read_from_the_cache_training_would_use(variable: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same cache location as model_path's checks (thub.config.model_path.hub_cache_dir)
+    from thub.config.model_path import hub_cache_dir
+    from thub.insight.architecture import read_config
+
+    for name in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, str(tmp_path / "cache"))
+    snapshot = hub_cache_dir({variable: str(tmp_path / "cache")}) / "models--org--tiny" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"model_type": "llama"}')
+    monkeypatch.chdir(tmp_path)
+    assert read_config("org/tiny") == ({"model_type": "llama"}, str(snapshot / "config.json"))

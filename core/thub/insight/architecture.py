@@ -85,8 +85,9 @@ class ModelFacts:
 def read_config(model_path: str | Path) -> tuple[dict[str, Any], str]:
     """The ``config.json`` of a local model directory (or the file itself), never downloading.
 
-    A hub id is resolved only through the local Hugging Face cache (``HF_HOME`` /
-    ``HF_HUB_CACHE``); if the config is not there the error says how to fetch just that file.
+    A hub id is resolved only through the local Hugging Face cache
+    (:func:`thub.config.model_path.hub_cache_dir`); if the config is not there the error says how
+    to fetch just that file.
     """
     path = Path(model_path).expanduser()
     candidates = [path] if path.is_file() else [path / "config.json"]
@@ -108,8 +109,9 @@ def read_config(model_path: str | Path) -> tuple[dict[str, Any], str]:
 def _hub_cache_candidates(repo_id: str) -> list[Path]:
     import os
 
-    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
-    snapshots = hub.expanduser() / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    from thub.config.model_path import hub_cache_dir
+
+    snapshots = hub_cache_dir(os.environ) / f"models--{repo_id.replace('/', '--')}" / "snapshots"
     if not snapshots.is_dir():
         return []
     return sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
