@@ -29,7 +29,8 @@ def main() -> None:
     args = parser.parse_args()
     runs = [
         ("start-up", ["cli_startup.py", "--repeats", "10" if args.quick else "15"]),
-        ("data preparation", ["data_prep.py", "--n", "5000" if args.quick else "20000", "--reps", "2" if args.quick else "3"]),
+        ("data preparation",
+         ["data_prep.py", "--n", "5000" if args.quick else "20000", "--reps", "2" if args.quick else "3"]),
         ("launch overhead", ["launch_overhead.py", "--repeats", "2" if args.quick else "3"]),
         ("memory estimate", ["estimate_accuracy.py"]),
     ]

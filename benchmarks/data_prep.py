@@ -32,7 +32,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ANCHOR = HERE / "anchor_dataprep.py"
-THUB = "{thub} data prepare {{data}} -m {{model}} -o {{outdir}}/out.jsonl --max-seq-len {{max_seq_len}} --no-cache --num-proc {procs}"
+THUB = ("{thub} data prepare {{data}} -m {{model}} -o {{outdir}}/out.jsonl --max-seq-len {{max_seq_len}} --no-cache"
+        " --num-proc {procs}")
 
 
 def main() -> None:

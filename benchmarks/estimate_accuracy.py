@@ -26,7 +26,8 @@ CONFIGS = {
     "qwen2": lambda: transformers.Qwen2Config(**SMALL),
     "qwen3": lambda: transformers.Qwen3Config(**SMALL, head_dim=32),
     "mixtral": lambda: transformers.MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=2),
-    "qwen2_moe": lambda: transformers.Qwen2MoeConfig(**SMALL, moe_intermediate_size=64, shared_expert_intermediate_size=128,
+    "qwen2_moe": lambda: transformers.Qwen2MoeConfig(**SMALL, moe_intermediate_size=64,
+                                                     shared_expert_intermediate_size=128,
                                                      num_experts=8, num_experts_per_tok=2),
     "qwen3_moe": lambda: transformers.Qwen3MoeConfig(**SMALL, moe_intermediate_size=64, num_experts=8,
                                                      num_experts_per_tok=2, head_dim=32),
@@ -91,7 +92,8 @@ def gpu_peaks() -> None:
         result = estimate(model_facts(config.to_dict()),
                           Setup("sft", tokens_per_gpu=tokens, gradient_checkpointing=checkpointing))
         print(f"   tokens {tokens:>5} ckpt {checkpointing!s:<5} real {format_bytes(peak):>10}  expected "
-              f"{format_bytes(result.expected):>10}  ({result.expected / peak - 1:+.1%}; low {format_bytes(result.low)}, "
+              f"{format_bytes(result.expected):>10}  ({result.expected / peak - 1:+.1%}; low "
+              f"{format_bytes(result.low)}, "
               f"high {format_bytes(result.high)})")
         del model, optimizer
 

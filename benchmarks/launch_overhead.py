@@ -162,7 +162,8 @@ def main() -> None:
                     bare_runs.append(_run([sys.executable, str(script), args.model, args.data, str(out),
                                            str(args.steps)], probe, work / "phases.jsonl"))
                 else:
-                    thub_runs.append(_run([sys.executable, "-m", "thub", *thub_trl_sft(args.model, args.data, str(out), args.steps)],
+                    thub_runs.append(_run([sys.executable, "-m", "thub",
+                                           *thub_trl_sft(args.model, args.data, str(out), args.steps)],
                                           probe, work / "phases.jsonl"))
 
     def median(runs: list[dict[str, float]], key: str) -> float:

@@ -29,7 +29,8 @@ def test_plugins_json_lists_builtins(thub_cli) -> None:
     data = thub_cli("plugins", "--json").json()
     names = {p["name"]: p for p in data["plugins"]}
     assert data["schema_version"] == 1
-    assert names["thub_builtins.algorithms"]["registered"]["algorithms"] == ["sft", "osft", "lora_sft", "grpo", "lora_grpo"]
+    assert names["thub_builtins.algorithms"]["registered"]["algorithms"] == ["sft", "osft", "lora_sft", "grpo",
+                                                                             "lora_grpo"]
     assert names["thub_builtins.rewards"]["registered"]["rewards"] == ["binary", "math", "tool_call"]
     assert names["trl"]["distribution"] == "thub-plugin-trl"
     assert "thub_register_backends" in names["trl"]["hooks"]
@@ -59,7 +60,8 @@ def test_dry_run_json(thub_cli, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     plan = result.json()
     assert plan["backend"] == "trl" and "highest-priority" in plan["backend_reason"]
-    assert plan["parameters"]["target_modules"] == {"value": ["q_proj", "k_proj", "v_proj"], "source": "flag --target-modules"}
+    assert plan["parameters"]["target_modules"] == {"value": ["q_proj", "k_proj", "v_proj"],
+                                                    "source": "flag --target-modules"}
     assert plan["parameters"]["packing"]["value"] is False
     assert plan["translation"]["peft"]["target_modules"] == ["q_proj", "k_proj", "v_proj"]
     assert not (tmp_path / "out").exists()
@@ -92,19 +94,22 @@ def test_config_init_template_round_trips(thub_cli, tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert "# Completions sampled per prompt." in result.stdout and "# group_size: 8" in result.stdout
     filled = result.stdout.replace("model_path:   # required", "model_path: m").replace(
-        "# data_path: null", f"data_path: {ROOT / 'examples/data/grpo.jsonl'}").replace("ckpt_output_dir:   # required", "ckpt_output_dir: o")
+        "# data_path: null", f"data_path: {ROOT / 'examples/data/grpo.jsonl'}").replace("ckpt_output_dir:   # required",
+                                                                                        "ckpt_output_dir: o")
     config = tmp_path / "grpo.yaml"
     config.write_text(filled)
     assert yaml.safe_load(filled)["algorithm"] == "grpo"
     dry = thub_cli("train", "grpo", "--config", str(config), "--dry-run", "--json")
     assert dry.exit_code == 0, dry.stderr
-    assert dry.json()["parameters"]["model_path"]["source"].endswith("grpo.yaml:4") or "grpo.yaml" in dry.json()["parameters"]["model_path"]["source"]
+    source = dry.json()["parameters"]["model_path"]["source"]
+    assert source.endswith("grpo.yaml:4") or "grpo.yaml" in source
 
 
 def test_train_help_is_generated_from_the_model(thub_cli) -> None:
     result = thub_cli("train", "lora_sft", "--help")
     assert result.exit_code == 0
-    for option in ("--lora-r", "--lora-alpha", "--target-modules", "--unmask-messages / --no-unmask-messages", "--learning-rate"):
+    for option in ("--lora-r", "--lora-alpha", "--target-modules", "--unmask-messages / --no-unmask-messages",
+                   "--learning-rate"):
         assert option in result.stdout
     assert "LoRA rank. [lora; default: 16]" in " ".join(result.stdout.split())
 

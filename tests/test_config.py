@@ -14,7 +14,8 @@ REQUIRED = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "out"}
 
 def test_precedence_and_sources(thub_registry, tmp_path: Path) -> None:
     config = tmp_path / "sft.yaml"
-    config.write_text("model_path: m\ndata_path: d.jsonl\nckpt_output_dir: out\nlearning_rate: 1.0e-3\nnum_epochs: 3\nseed: 7\nmax_seq_len: 64\n")
+    config.write_text("model_path: m\ndata_path: d.jsonl\nckpt_output_dir: out\nlearning_rate: 1.0e-3\nnum_epochs: "
+                      "3\nseed: 7\nmax_seq_len: 64\n")
     resolved = resolve(
         thub_registry, "sft", backend="trl", config_file=config,
         environ={"THUB_NUM_EPOCHS": "4", "THUB_SEED": "8", "THUB_MAX_SEQ_LEN": "99"},
@@ -32,7 +33,8 @@ def test_precedence_and_sources(thub_registry, tmp_path: Path) -> None:
 def test_unknown_key_in_config_names_file_line_and_suggestion(thub_registry, tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("model_path: m\nlearning_rat: 1e-5\n")
-    with pytest.raises(UsageError, match=r"c\.yaml:2: unknown parameter 'learning_rat' \(did you mean 'learning_rate'\?\)"):
+    with pytest.raises(UsageError,
+                       match=r"c\.yaml:2: unknown parameter 'learning_rat' \(did you mean 'learning_rate'\?\)"):
         resolve(thub_registry, "sft", backend="trl", config_file=config, environ={})
 
 
@@ -50,7 +52,8 @@ def test_invalid_value_names_field_and_source(thub_registry) -> None:
 
 
 def test_missing_required_says_how_to_set_it(thub_registry) -> None:
-    with pytest.raises(UsageError, match="ckpt_output_dir: required; set it in the config file, with --ckpt-output-dir"):
+    with pytest.raises(UsageError,
+                       match="ckpt_output_dir: required; set it in the config file, with --ckpt-output-dir"):
         resolve(thub_registry, "sft", backend="trl", flags={"model_path": "m", "data_path": "d"}, environ={})
 
 
@@ -114,7 +117,8 @@ def test_config_file_for_another_algorithm_is_rejected(thub_registry, tmp_path: 
 def test_datasets_mix_from_flags_and_yaml(thub_registry, tmp_path: Path) -> None:
     config = tmp_path / "mix.yaml"
     config.write_text("model_path: m\nckpt_output_dir: o\ndatasets:\n  - {path: a.jsonl, prob: 0.7}\n"
-                      "  - path: b.jsonl\n    format: sharegpt\n    role_tag: speaker\nmix_strategy: interleave_under\n")
+                      "  - path: b.jsonl\n    format: sharegpt\n    role_tag: speaker\n"
+                      "mix_strategy: interleave_under\n")
     resolved = resolve(thub_registry, "sft", backend="trl", config_file=config, environ={})
     assert resolved.values()["datasets"][1] == {"path": "b.jsonl", "format": "sharegpt", "role_tag": "speaker"}
     flagged = resolve(thub_registry, "sft", backend="trl", environ={},
@@ -142,7 +146,8 @@ def test_dataset_flag_is_repeatable_and_not_split_on_commas(thub_cli, tmp_path, 
 def test_python_api_rejects_unknown_parameter_with_suggestion(thub_registry) -> None:
     from thub.api import dry_run
 
-    with pytest.raises(UsageError, match="api learning_rat: unknown parameter 'learning_rat' \\(did you mean 'learning_rate'\\?\\)"):
+    with pytest.raises(UsageError,
+                       match=r"api learning_rat: unknown parameter 'learning_rat' \(did you mean 'learning_rate'\?\)"):
         dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o", learning_rat=1e-5)
     plan = dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o", learning_rate=1e-5)
     assert plan["parameters"]["learning_rate"] == {"value": 1e-5, "source": "api learning_rate"}
@@ -208,7 +213,8 @@ def test_non_finite_flag_exits_2_naming_the_option(thub_cli, flag_value: str) ->
 def test_finite_floats_still_accepted(thub_registry) -> None:
     resolved = resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, environ={"THUB_EPS": "1e-8"},
                        overrides=["learning_rate=2e-5", "max_grad_norm=1"])
-    assert (resolved.values()["learning_rate"], resolved.values()["eps"], resolved.values()["max_grad_norm"]) == (2e-5, 1e-8, 1.0)
+    assert (resolved.values()["learning_rate"], resolved.values()["eps"],
+            resolved.values()["max_grad_norm"]) == (2e-5, 1e-8, 1.0)
 
 
 # --- values kept as typed (issue 13, item 9): a string field takes the raw text ---
@@ -255,11 +261,13 @@ def test_cli_string_flag_and_set_keep_hash_and_null(thub_cli, tmp_path: Path, de
 
 def test_duplicate_keys_name_both_lines(thub_registry, tmp_path: Path) -> None:
     config = tmp_path / "dup.yaml"
-    config.write_text("model_path: m\ndata_path: d.jsonl\nlearning_rate: 1.0e-5\nckpt_output_dir: o\nlearning_rate: 1.0e-3\n")
+    config.write_text("model_path: m\ndata_path: d.jsonl\nlearning_rate: 1.0e-5\nckpt_output_dir: o\nlearning_rate: "
+                      "1.0e-3\n")
     with pytest.raises(UsageError, match=rf"{config}:5: duplicate key 'learning_rate' \(first at line 3\)"):
         resolve(thub_registry, "sft", backend="trl", config_file=config, environ={})
     nested = tmp_path / "nested.yaml"
-    nested.write_text("model_path: m\ndata_path: d.jsonl\nckpt_output_dir: o\nlr_scheduler_kwargs:\n  min_lr: 1\n  min_lr: 2\n")
+    nested.write_text("model_path: m\ndata_path: d.jsonl\nckpt_output_dir: o\nlr_scheduler_kwargs:\n  min_lr: 1\n  "
+                      "min_lr: 2\n")
     with pytest.raises(UsageError, match=rf"{nested}:6: duplicate key 'min_lr' \(first at line 5\)"):
         resolve(thub_registry, "sft", backend="trl", config_file=nested, environ={})
 
@@ -345,7 +353,8 @@ def test_python_api_and_cli_resolve_pet_environment_alike(thub_cli, monkeypatch:
                 "master_port": (29511, "env PET_MASTER_PORT")}
     for name, (value, source) in expected.items():
         assert api["parameters"][name] == {"value": value, "source": source} == cli["parameters"][name], name
-    assert {k: p["value"] for k, p in api["parameters"].items()} == {k: p["value"] for k, p in cli["parameters"].items()}
+    assert {k: p["value"] for k, p in api["parameters"].items()} == {k: p["value"]
+                                                                     for k, p in cli["parameters"].items()}
     assert api["translation"] == cli["translation"] and api["translation"]["world_size"] == 4
     assert api["torchrun"] == cli["torchrun"] and api["torchrun"]["nnodes"] == {"value": 2, "source": "env PET_NNODES"}
 

@@ -38,12 +38,14 @@ class _Trl(BackendContract):
 
 def test_a_wrong_readme_default_fails(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
-    readme.write_text("| thub parameter | TRL | default |\n|---|---|---|\n| `learning_rate` | `learning_rate` | 3e-4 |\n")
+    readme.write_text("| thub parameter | TRL | default |\n|---|---|---|\n| `learning_rate` | `learning_rate` | 3e-4 "
+                      "|\n")
     kit = _Trl()
     kit.readme = readme
     with pytest.raises(AssertionError, match=r"learning_rate: README says '3e-4'"):
         kit.test_readme_default_columns_equal_declared_defaults()
-    readme.write_text("| thub parameter | TRL | default |\n|---|---|---|\n| `learning_rate` | `learning_rate` | 2e-5 |\n")
+    readme.write_text("| thub parameter | TRL | default |\n|---|---|---|\n| `learning_rate` | `learning_rate` | 2e-5 "
+                      "|\n")
     kit.test_readme_default_columns_equal_declared_defaults()
 
 

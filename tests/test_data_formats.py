@@ -142,7 +142,8 @@ def test_saved_hf_dataset(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("row", "fmt"), [
     (CHAT, "messages"), ({"conversations": []}, "sharegpt"), ({"instruction": "", "output": ""}, "alpaca"),
-    ({"text": ""}, "document"), ({"question": "", "answer": ""}, "grpo"), ({"messages": [], "ground_truth": ""}, "grpo"),
+    ({"text": ""}, "document"), ({"question": "", "answer": ""}, "grpo"),
+    ({"messages": [], "ground_truth": ""}, "grpo"),
     ({"input_ids": []}, "processed"), ({"foo": 1}, "unknown"), ([], "unknown")])
 def test_detect_format(row: object, fmt: str) -> None:
     assert detect_format(row) == fmt  # type: ignore[arg-type]

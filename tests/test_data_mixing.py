@@ -24,7 +24,8 @@ def answers(rows: list[dict]) -> list[str]:
 
 @pytest.fixture
 def sources(tmp_path: Path) -> list[DatasetSource]:
-    return [DatasetSource(chat_file(tmp_path / "a.jsonl", "a", 10)), DatasetSource(chat_file(tmp_path / "b.jsonl", "b", 3))]
+    return [DatasetSource(chat_file(tmp_path / "a.jsonl", "a", 10)),
+            DatasetSource(chat_file(tmp_path / "b.jsonl", "b", 3))]
 
 
 def test_concat_keeps_order(sources: list[DatasetSource]) -> None:
@@ -49,7 +50,8 @@ def test_probabilities_are_reproducible(sources: list[DatasetSource], strategy: 
 
 
 def test_probabilities_weight_the_draw(tmp_path: Path) -> None:
-    big = [DatasetSource(chat_file(tmp_path / "a.jsonl", "a", 1000)), DatasetSource(chat_file(tmp_path / "b.jsonl", "b", 1000))]
+    big = [DatasetSource(chat_file(tmp_path / "a.jsonl", "a", 1000)),
+           DatasetSource(chat_file(tmp_path / "b.jsonl", "b", 1000))]
     rows = answers(mix(big, "interleave_under", [0.9, 0.1], seed=0))
     share = sum(1 for r in rows if r.startswith("a")) / len(rows)
     assert 0.85 < share < 0.95
@@ -82,7 +84,8 @@ def test_mixed_schema_mix_with_per_dataset_tags(tmp_path: Path) -> None:
     # The Delphi-style mix: one ShareGPT source with from/value, one with role/content and
     # custom speaker names; each read with its own settings, none silently empty.
     one = tmp_path / "one.jsonl"
-    one.write_text(json.dumps({"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "A1"}]}) + "\n")
+    one.write_text(json.dumps({"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "A1"}]})
+                   + "\n")
     two = tmp_path / "two.jsonl"
     two.write_text(json.dumps({"conversations": [{"role": "asker", "content": "q"},
                                                  {"role": "helper", "content": "A2"}]}) + "\n")

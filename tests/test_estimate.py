@@ -110,7 +110,8 @@ def test_osft_without_an_installed_backend(llama8b: Path) -> None:
 def test_qlora_is_smaller_than_lora(llama8b: Path) -> None:
     results = {}
     for extra in ((), ("--load-in-4bit",)):
-        code, out, _ = _run("estimate", "lora_sft", "--model-path", str(llama8b), "--max-seq-len", "2048", "--json", *extra)
+        code, out, _ = _run("estimate", "lora_sft", "--model-path", str(llama8b), "--max-seq-len", "2048", "--json",
+                            *extra)
         assert code == 0, out
         results[bool(extra)] = json.loads(out)
     base = {k: next(c["bytes"] for c in v["components"] if c["name"] == "base weights") for k, v in results.items()}

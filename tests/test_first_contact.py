@@ -280,7 +280,8 @@ def test_jsonl_with_a_byte_order_mark_is_accepted(thub_cli, tmp_path: Path) -> N
 def test_tool_call_arguments_that_are_not_json_are_located(thub_cli, tmp_path: Path) -> None:
     path = tmp_path / "tools.jsonl"
     good = {"messages": [{"role": "user", "content": "weather?"},
-                         {"role": "assistant", "tool_calls": [{"function": {"name": "get", "arguments": '{"city": "Oslo"}'}}]},
+                         {"role": "assistant",
+                          "tool_calls": [{"function": {"name": "get", "arguments": '{"city": "Oslo"}'}}]},
                          {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "Sunny."}]}
     bad = json.loads(json.dumps(good))
     bad["messages"][1]["tool_calls"][0]["function"]["arguments"] = "{city: Oslo"

@@ -32,7 +32,8 @@ def _cli(*args: str) -> str:
         ("train", "--help"),
         ("train", "sft", "--help"),
         ("train", "sft", "--dry-run", "--model-path", "m", "--data-path", "d.jsonl", "--ckpt-output-dir", "out"),
-        ("train", "grpo", "--dry-run", "--json", "--model-path", "m", "--data-path", "d.jsonl", "--ckpt-output-dir", "o"),
+        ("train", "grpo", "--dry-run", "--json", "--model-path", "m", "--data-path", "d.jsonl", "--ckpt-output-dir",
+         "o"),
         ("config", "schema", "lora_sft"),
     ],
 )

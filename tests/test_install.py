@@ -21,7 +21,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
 def thub(*args: str, data_dir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
     environ.update({"THUB_DATA_DIR": str(data_dir), **(env or {})})
-    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=environ, timeout=120)
+    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=environ,
+                          timeout=120)
 
 
 def fake_env(data_dir: Path, name: str = "echo", backend: str = "echo") -> Manifest:
@@ -35,7 +36,8 @@ def fake_env(data_dir: Path, name: str = "echo", backend: str = "echo") -> Manif
         "lock": "requirements.lock", "lock_sha256": None, "thub": {"version": "0.1.0"},
         "plugins": [{"name": backend, "distribution": f"thub-plugin-{backend}", "version": "0.1.0"}],
         "backends": [{
-            "name": backend, "summary": "fixture", "algorithms": {"sft": ["model_path", "data_path", "ckpt_output_dir"]},
+            "name": backend, "summary": "fixture",
+            "algorithms": {"sft": ["model_path", "data_path", "ckpt_output_dir"]},
             "runner": "x:run", "requirements": ["six==1.16.0"], "installed": {"six": "1.16.0"},
             "library": {"name": "six", "version": "1.16.0"}, "needs_cuda": False, "priority": -5, "defaults": {},
             "launcher": "python", "docs": None, "plugin": backend, "distribution": f"thub-plugin-{backend}",
@@ -172,7 +174,8 @@ def test_envs_list_show_lock_remove(tmp_path: Path) -> None:
     assert thub("envs", "show", "ech", data_dir=tmp_path).returncode == 2
     dry = thub("envs", "remove", "echo", "--dry-run", data_dir=tmp_path)
     assert dry.stdout.strip() == f"rm -r {tmp_path / 'envs' / 'echo'}" and (tmp_path / "envs" / "echo").exists()
-    assert thub("uninstall", "echo", "--dry-run", data_dir=tmp_path).stdout.strip() == f"rm -r {tmp_path / 'envs' / 'echo'}"
+    assert thub("uninstall", "echo", "--dry-run",
+                data_dir=tmp_path).stdout.strip() == f"rm -r {tmp_path / 'envs' / 'echo'}"
     assert thub("envs", "remove", "echo", data_dir=tmp_path).returncode == 0
     assert not (tmp_path / "envs" / "echo").exists()
 

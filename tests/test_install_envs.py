@@ -39,7 +39,8 @@ def run(python: str | Path, *args: str, data_dir: Path, env: dict[str, str] | No
     return subprocess.run([str(python), *args], capture_output=True, text=True, env=environ, timeout=timeout)
 
 
-def thub(*args: str, data_dir: Path, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def thub(*args: str, data_dir: Path, env: dict[str, str] | None = None,
+         timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return run(sys.executable, "-m", "thub", *args, data_dir=data_dir, env=env, timeout=timeout)
 
 
@@ -52,7 +53,8 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trl_env(data_dir: Path) -> dict:
     if TORCH is None:
         pytest.skip("no torch beside thub to pin")
-    done = thub("install", "trl", "--into", "managed", "--installer", "pip", "--torch", TORCH, "--json", data_dir=data_dir)
+    done = thub("install", "trl", "--into", "managed", "--installer", "pip", "--torch", TORCH, "--json",
+                data_dir=data_dir)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((data_dir / "envs" / "trl" / "thub-env.json").read_text())
 
@@ -72,7 +74,8 @@ def minitrainer_env(trl_env: dict, data_dir: Path) -> dict:
                 data_dir=data_dir)
     assert done.returncode == 0, done.stderr[-3000:]
     installed = json.loads(done.stdout)["installed"]
-    assert [(i["environment"], i["backends"], i["pip_check"]) for i in installed] == [("mini-trainer", ["mini-trainer"], "ok")]
+    assert [(i["environment"], i["backends"], i["pip_check"])
+            for i in installed] == [("mini-trainer", ["mini-trainer"], "ok")]
     return json.loads((data_dir / "envs" / "mini-trainer" / "thub-env.json").read_text())
 
 
@@ -117,7 +120,8 @@ def test_demo_trained_through_managed_env(trl_env: dict, tiny_model: Path, demo_
     record = json.loads((out / "thub_run.json").read_text())
     env = record["environment"]
     assert env["kind"] == "managed" and env["name"] == "trl" and env["python"] == trl_env["python"]
-    assert env["lock"]["sha256"] == trl_env["lock_sha256"] and any(r.startswith("trl==") for r in env["lock"]["requirements"])
+    assert env["lock"]["sha256"] == trl_env["lock_sha256"] and any(r.startswith("trl==")
+                                                                   for r in env["lock"]["requirements"])
     assert record["versions"]["library"]["name"] == "trl" and record["versions"]["library"]["version"]
     lines = read_metrics(out / "training_metrics.jsonl")
     assert [line["step"] for line in lines] == [1, 2] and all("loss" in line for line in lines)
@@ -140,7 +144,8 @@ def test_trl_and_minitrainer_side_by_side(trl_env: dict, minitrainer_env: dict, 
     data = json.loads(thub("backends", "--json", data_dir=data_dir, env=HIDE_LOCAL_BOTH).stdout)
     where = {b["name"]: b for b in data["backends"]}
     for name, env in (("trl", trl_env), ("mini-trainer", mt)):
-        assert (where[name]["environment"], where[name]["path"], where[name]["python"]) == (name, env["path"], env["python"])
+        assert (where[name]["environment"], where[name]["path"],
+                where[name]["python"]) == (name, env["path"], env["python"])
         assert where[name]["missing"] == []
     assert where["trl"]["ready"] is True
     assert where["mini-trainer"]["ready"] is False
@@ -177,7 +182,8 @@ def test_trl_and_minitrainer_side_by_side(trl_env: dict, minitrainer_env: dict, 
     assert f"torch=={lock['torch']}" == TORCH and lock["torch"].endswith("+cpu")
     assert lock["rhai-innovation-mini-trainer"].startswith("0.9.")
     assert not [n for n in lock if n.lower().startswith(("nvidia-", "cuda-")) or n.lower() == "triton"], lock
-    versions = run(mt["python"], "-c", "import importlib.metadata as m; print(m.version('torch'), m.version('datasets'))",
+    versions = run(mt["python"], "-c",
+                   "import importlib.metadata as m; print(m.version('torch'), m.version('datasets'))",
                    data_dir=data_dir).stdout.split()
     assert versions == [lock["torch"], lock["datasets"]]
     # the osft dry run is translated by the managed environment's interpreter (its site-packages
@@ -191,7 +197,8 @@ def test_trl_and_minitrainer_side_by_side(trl_env: dict, minitrainer_env: dict, 
     plan = json.loads(done.stdout)
     translation = plan["translation"]
     assert plan["backend"] == "mini-trainer" and translation["function"] == "mini_trainer.run_training"
-    assert translation["training_args"]["osft"] is True and translation["training_args"]["osft_unfreeze_rank_ratio"] == 0.5
+    training_args = translation["training_args"]
+    assert training_args["osft"] is True and training_args["osft_unfreeze_rank_ratio"] == 0.5
     assert f"{mt['site_packages']}/mini_trainer/train.py" in translation["command"], translation["command"]
     assert plan["parameters"]["learning_rate"]["source"] == "backend mini-trainer"  # defaults from the manifest
     assert not out.exists(), "a dry run creates nothing"
@@ -215,7 +222,8 @@ def test_conflicting_current_install_refused_with_pins(pinned_env: dict, data_di
     assert done.returncode == 2, done.stderr
     assert "six==1.16.0 is required by thub-plugin-pinned 0.1.0" in done.stderr
     assert "thub-plugin-newsix: six>=1.17" in done.stderr and "--into managed" in done.stderr
-    assert run(python, "-c", "import importlib.metadata as m; print(m.version('six'))", data_dir=data_dir).stdout.strip() == "1.16.0"
+    assert run(python, "-c", "import importlib.metadata as m; print(m.version('six'))",
+               data_dir=data_dir).stdout.strip() == "1.16.0"
     # auto picks a managed environment instead, and says why
     auto = run(python, "-m", "thub", "install", newsix, "--torch", "none", "--dry-run", data_dir=data_dir)
     assert auto.returncode == 0, auto.stderr
@@ -225,7 +233,8 @@ def test_conflicting_current_install_refused_with_pins(pinned_env: dict, data_di
 def test_current_install_without_conflict_goes_in(pinned_env: dict, data_dir: Path) -> None:
     python = pinned_env["python"]
     echo = str(FIXTURES / "thub-plugin-echo")
-    done = run(python, "-m", "thub", "install", echo, "--into", "current", "--torch", "none", "--json", data_dir=data_dir)
+    done = run(python, "-m", "thub", "install", echo, "--into", "current", "--torch", "none", "--json",
+               data_dir=data_dir)
     assert done.returncode == 0, done.stderr[-2000:]
     installed = json.loads(done.stdout)["installed"][0]
     assert installed["target"] == "current" and installed["python"] == python and installed["pip_check"] == "ok"
@@ -261,4 +270,5 @@ def test_uninstall_removes_the_managed_env(pinned_env: dict, data_dir: Path) -> 
     done = thub("uninstall", "pinned", data_dir=data_dir)
     assert done.returncode == 0, done.stderr
     assert not (data_dir / "envs" / "pinned").exists()
-    assert "pinned" not in [b["name"] for b in json.loads(thub("backends", "--json", data_dir=data_dir).stdout)["backends"]]
+    assert "pinned" not in [b["name"]
+                            for b in json.loads(thub("backends", "--json", data_dir=data_dir).stdout)["backends"]]

@@ -139,7 +139,8 @@ def test_reports_progress_eta_and_metrics_with_the_rotating_token(server: Status
     assert server.rejected == 0 and len(server.received) == 3
     second = server.received[1]["trainerStatus"]
     assert second["progressPercentage"] == 30 and second["estimatedRemainingSeconds"] == 35
-    assert {"name": "loss", "value": "0.25"} in second["metrics"] and {"name": "step", "value": "30"} in second["metrics"]
+    assert {"name": "loss", "value": "0.25"} in second["metrics"]
+    assert {"name": "step", "value": "30"} in second["metrics"]
     assert all(isinstance(m["value"], str) for m in second["metrics"])
     datetime.datetime.fromisoformat(second["lastUpdatedTime"])
     final = server.received[2]["trainerStatus"]

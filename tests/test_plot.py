@@ -69,7 +69,8 @@ def test_trainer_state_and_instructlab_files(tmp_path: Path) -> None:
     trl = tmp_path / "trl"
     for step in (2, 4):
         (trl / f"checkpoint-{step}").mkdir(parents=True)
-        history_rows = [{"step": s, "loss": 3.0 - s / 10} for s in range(1, step + 1)] + [{"step": step, "train_runtime": 1}]
+        history_rows = [{"step": s, "loss": 3.0 - s / 10}
+                        for s in range(1, step + 1)] + [{"step": step, "train_runtime": 1}]
         (trl / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"log_history": history_rows}))
     rows, source = find_metrics(trl)
     assert source.parent.name == "checkpoint-4"
@@ -78,7 +79,8 @@ def test_trainer_state_and_instructlab_files(tmp_path: Path) -> None:
     il = tmp_path / "il"
     il.mkdir()
     (il / "training_params_and_metrics_global0.jsonl").write_text(
-        json.dumps({"num_gpus": 1}) + "\n" + "".join(json.dumps({"step": s, "avg_loss": 2.0 / s}) + "\n" for s in (1, 2, 3)))
+        json.dumps({"num_gpus": 1}) + "\n"
+        + "".join(json.dumps({"step": s, "avg_loss": 2.0 / s}) + "\n" for s in (1, 2, 3)))
     [series] = load_series([str(il)])
     assert series.key == "avg_loss" and series.xs == [1, 2, 3]
 
@@ -162,7 +164,8 @@ def test_history_list_show_diff(tmp_path: Path) -> None:
     result = runner.invoke(history, ["show", str(tmp_path / "runs" / "a"), "--json"])
     shown = json.loads(result.stdout)
     assert shown["parameters"]["learning_rate"]["source"] == "flag --learning-rate"
-    result = runner.invoke(history, ["diff", str(tmp_path / "runs" / "a"), str(tmp_path / "runs" / "nested" / "b"), "--json"])
+    result = runner.invoke(history,
+                           ["diff", str(tmp_path / "runs" / "a"), str(tmp_path / "runs" / "nested" / "b"), "--json"])
     changes = json.loads(result.stdout)
     assert [p["name"] for p in changes["parameters"]] == ["learning_rate"]
     assert changes["run"][0] == {"name": "algorithm", "a": "sft", "b": "grpo"}

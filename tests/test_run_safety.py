@@ -158,7 +158,8 @@ def test_live_run_holds_its_directory_and_its_child_dies_with_it(tiny_model: Pat
 
 
 def test_plugin_raising_systemexit_or_keyboardinterrupt_does_not_kill_the_supervisor(
-        tiny_model: Path, demo_data: Path, tmp_path: Path, thub_plugin: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        tiny_model: Path, demo_data: Path, tmp_path: Path, thub_plugin: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
     from thub import api, hookimpl
 
     class Hostile:

@@ -189,7 +189,8 @@ def test_history_of_an_old_unredacted_record_is_redacted(tmp_path: Path, thub_cl
     old.mkdir()
     (old / "thub_run.json").write_text(json.dumps({
         "algorithm": "sft", "backend": "trl", "created": 1.0,
-        "parameters": {"mlflow_tracking_uri": {"value": URI, "source": "flag"}, "seed": {"value": 1, "source": "default"}},
+        "parameters": {"mlflow_tracking_uri": {"value": URI, "source": "flag"},
+                       "seed": {"value": 1, "source": "default"}},
         "command_line": ["thub", "train", "sft", "--mlflow-tracking-uri", URI]}))
     other = tmp_path / "other"
     other.mkdir()

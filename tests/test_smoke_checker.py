@@ -15,7 +15,8 @@ def _run(tmp_path: Path, steps: list[int], status: str = "succeeded", checkpoint
          loss: float = 1.0) -> Path:
     run = tmp_path / "run"
     run.mkdir()
-    (run / "result.json").write_text(json.dumps({"status": status, "final_checkpoint": str(checkpoint) if checkpoint else None,
+    (run / "result.json").write_text(json.dumps({"status": status,
+                                                 "final_checkpoint": str(checkpoint) if checkpoint else None,
                                                  "checkpoints": []}))
     (run / "training_metrics.jsonl").write_text("".join(
         json.dumps({"step": s, "max_steps": len(steps), "loss": loss}) + "\n" for s in steps))

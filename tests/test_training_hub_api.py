@@ -52,7 +52,8 @@ def test_csv_data_is_refused_with_a_conversion(tmp_path: Path) -> None:
     import sys
 
     csv = tmp_path / "train.csv"
-    csv.write_text('messages\n"[{""role"": ""user"", ""content"": ""a""}, {""role"": ""assistant"", ""content"": ""b""}]"\n')
+    csv.write_text('messages\n"[{""role"": ""user"", ""content"": ""a""}, {""role"": ""assistant"", ""content"": '
+                   '""b""}]"\n')
     with pytest.raises(UsageError, match="thub does not read CSV; convert it once") as raised:
         thub.sft("m", str(csv), str(tmp_path / "o"), "trl")
     command = str(raised.value).split("convert it once: ", 1)[1]

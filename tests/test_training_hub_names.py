@@ -108,7 +108,8 @@ def _samples(name: str, annotation: str) -> list[Any]:
     if name in DOMAIN:
         return DOMAIN[name]
     out: list[Any] = []
-    for container, sample in (("List[str]", ["q_proj"]), ("list[str]", ["q_proj"]), ("dict[str, str]", {"T_max": "10"})):
+    for container, sample in (("List[str]", ["q_proj"]), ("list[str]", ["q_proj"]),
+                              ("dict[str, str]", {"T_max": "10"})):
         if container in annotation:
             out.append(sample)
             annotation = annotation.replace(container, "")
@@ -296,3 +297,29 @@ def test_backend_reads_are_read_by_the_backend(backend: str, module: str) -> Non
     assert th.BACKEND_READS[backend] <= read
     # and what it does not read is not applied there (Training Hub ignores it on that backend)
     assert not (set(th.SIGNATURE_DEFAULTS["lora_grpo"]) - th.BACKEND_READS[backend]) & read
+
+
+def test_batch_names_use_the_world_size_of_the_merged_layers(thub_cli, tmp_path: Path) -> None:
+    """micro_batch_size / gradient_accumulation_steps become effective_batch_size with the world size and
+    each other from every layer (a YAML file, THUB_* variables, flags, --set), not only their own."""
+    config = tmp_path / "lora.yaml"
+
+    def effective(values: dict[str, Any], *extra: str) -> dict[str, Any]:
+        config.write_text(yaml.safe_dump({"model_path": "m", "data_path": DATA, "ckpt_output_dir": str(tmp_path / "o"),
+                                          **values}))
+        result = thub_cli("train", "lora_sft", "--backend", "trl", "--config", str(config), "--dry-run", "--json",
+                          *extra)
+        assert result.exit_code == 0, result.stderr
+        return json.loads(result.stdout)["parameters"]["effective_batch_size"]
+
+    # nproc_per_node in the file, micro_batch_size on the command line: 4 x 1 x 2
+    entry = effective({"nproc_per_node": 2}, "--set", "micro_batch_size=4")
+    assert entry == {"value": 8, "source": "--set micro_batch_size, training-hub name micro_batch_size → "
+                                           "effective_batch_size"}
+    # and the other way round, with the node count from a flag: 4 x 1 x (2 x 3)
+    assert effective({"micro_batch_size": 4, "nproc_per_node": 2}, "--nnodes", "3")["value"] == 24
+    # accumulation in the file, micro batch on the command line: 2 x 3 x 2
+    assert effective({"gradient_accumulation_steps": 3}, "--nproc-per-node", "2",
+                     "--set", "micro_batch_size=2")["value"] == 12
+    # an effective_batch_size above them in precedence wins (Training Hub ignores the micro batch then)
+    assert effective({"micro_batch_size": 4}, "--effective-batch-size", "32")["value"] == 32

@@ -12,8 +12,10 @@ _CHAT = ("messages", "sharegpt", "alpaca", "document", "processed")
 _PROMPTS = ("grpo", "messages")
 
 ALGORITHMS = (
-    AlgorithmSpec("sft", "Full supervised fine-tuning; continued pretraining with is_pretraining.", f"{_PARAMS}:SFTParams", _CHAT),
-    AlgorithmSpec("osft", "Orthogonal-subspace fine-tuning (continual learning without forgetting).", f"{_PARAMS}:OSFTParams", _CHAT),
+    AlgorithmSpec("sft", "Full supervised fine-tuning; continued pretraining with is_pretraining.",
+                  f"{_PARAMS}:SFTParams", _CHAT),
+    AlgorithmSpec("osft", "Orthogonal-subspace fine-tuning (continual learning without forgetting).",
+                  f"{_PARAMS}:OSFTParams", _CHAT),
     AlgorithmSpec("lora_sft", "Supervised fine-tuning of LoRA/QLoRA adapters.", f"{_PARAMS}:LoRASFTParams", _CHAT),
     AlgorithmSpec("grpo", "Full-parameter GRPO with verifiable rewards.", f"{_PARAMS}:GRPOParams", _PROMPTS),
     AlgorithmSpec("lora_grpo", "GRPO training LoRA adapters.", f"{_PARAMS}:LoRAGRPOParams", _PROMPTS),

@@ -235,7 +235,8 @@ class StatusReporter:
             if remaining <= 0:
                 raise TimeoutError("the deadline passed before the update could be sent")
             if parts.scheme == "https":
-                context = ssl.create_default_context(cafile=self.ca_cert) if self.ca_cert else ssl.create_default_context()
+                context = (ssl.create_default_context(cafile=self.ca_cert) if self.ca_cert
+                           else ssl.create_default_context())
                 connection = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=remaining, context=context)
             else:
                 connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=remaining)
@@ -300,7 +301,8 @@ def thub_register_checks(register: Callable[[Any], None]) -> None:
     from thub.specs import CheckSpec
 
     register(CheckSpec(id="kubeflow.status-url", title="Kubeflow TrainJob status endpoint", run=_check,
-                       tags=frozenset({"preflight", "security"}), applies=lambda context: bool(context.env.get(URL_VAR)),
+                       tags=frozenset({"preflight", "security"}),
+                       applies=lambda context: bool(context.env.get(URL_VAR)),
                        timeout=5, docs="docs/kubeflow.md"))
 
 

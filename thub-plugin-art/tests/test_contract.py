@@ -49,6 +49,8 @@ class TestArtContract(BackendContract):
     readme = Path(__file__).parents[1] / "README.md"
     samples = {"lora_grpo": {**BASE, "group_size": 4, "lora_r": 32, "reward": ["math"]}}
     checks = frozenset({"art.module-collision", "art.single-gpu", "art.vllm-runtime"})
+    # rollout mode: the tasks are the user's own rows, handed to the rollout function as they are
+    reads_data_path = frozenset({"load_tasks"})
 
 
 def _plan(**params: Any) -> dict[str, Any]:
@@ -336,7 +338,8 @@ def test_loop_writes_one_metrics_line_per_iteration(tmp_path: Path, arithmetic: 
 
 @pytest.mark.parametrize("error", [ConnectionRefusedError("vLLM health check"), RuntimeError("engine core died")])
 def test_cleanup_error_after_training_keeps_the_run_succeeded(tmp_path: Path, arithmetic: Path,
-                                                              error: BaseException, capsys: pytest.CaptureFixture[str]) -> None:
+                                                              error: BaseException,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from thub_plugin_art.runner import run_with
 
     class Failing(FakeBackend):
@@ -400,7 +403,7 @@ def test_rollout_function_mode_by_import_string(tmp_path: Path) -> None:
     context, plan = _context(tmp_path / "run", data, rollout_function=f"{__name__}:rollout_for_test")
     assert plan["mode"] == "rollout_function" and plan["loop"]["rewards"] == []
     assert plan["loop"]["rollout_function"] == f"{__name__}:rollout_for_test"
-    tasks = load_tasks(context.params, plan)
+    tasks = load_tasks(context, plan)
     assert [t["q"] for t in tasks] == ["a", "b"] and tasks[0]["question"] == "2+2"
     rollout = load_rollout_function(plan["loop"]["rollout_function"])
     state: dict[str, Any] = {}
@@ -436,7 +439,8 @@ def test_enforce_eager_reaches_the_engine_args_only_when_set() -> None:
 def test_max_lora_rank_given_or_derived() -> None:
     assert _plan(lora_r=8, max_lora_rank=64)["internal_config"]["engine_args"]["max_lora_rank"] == 64
     assert _plan(lora_r=40)["internal_config"]["engine_args"]["max_lora_rank"] == 64
-    with pytest.raises(UsageError, match=r"max_lora_rank 100 is not a LoRA rank vLLM accepts .*nearest valid values: 64, 128"):
+    with pytest.raises(UsageError,
+                       match=r"max_lora_rank 100 is not a LoRA rank vLLM accepts .*nearest valid values: 64, 128"):
         _plan(lora_r=40, max_lora_rank=100)
     with pytest.raises(UsageError, match="max_lora_rank 16 is smaller than lora_r 32"):
         _plan(lora_r=32, max_lora_rank=16)
@@ -473,7 +477,8 @@ def test_lora_alpha_default_is_thubs() -> None:
 # --- unset means the library's default (issue 14.3) -------------------------------------------
 
 def _literal_keywords(call: ast.Call) -> dict[str, Any]:
-    """A call's keyword arguments whose values are literals (the others, e.g. ``model=base_model``, are not defaults)."""
+    """A call's keyword arguments whose values are literals (the others, e.g. ``model=base_model``, are not
+    defaults)."""
     found = {}
     for keyword in call.keywords:
         try:
@@ -534,7 +539,8 @@ SET_ON_PURPOSE = {
     ("init_args", "random_state"): "thub's declared seed (42): one seed for sampling, Unsloth, vLLM, trainer",
     ("peft_args", "random_state"): "thub's declared seed, as above",
     ("engine_args", "seed"): "thub's declared seed, as above",
-    ("engine_args", "gpu_memory_utilization"): "backend default 0.45: vLLM's 0.9 runs out of memory next to the trainer",
+    ("engine_args", "gpu_memory_utilization"):
+        "backend default 0.45: vLLM's 0.9 runs out of memory next to the trainer",
     ("peft_args", "r"): "thub's shared LoRA default r 16 (ART's 8), shown in --dry-run",
     ("peft_args", "lora_alpha"): "thub's shared LoRA default alpha 32 (ART's 16), shown in --dry-run",
     ("train", "learning_rate"): "backend default 1e-5 (Training Hub's ART value; ART's train() 5e-6)",

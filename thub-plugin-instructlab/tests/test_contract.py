@@ -128,7 +128,8 @@ def test_max_tokens_per_gpu_below_max_seq_len_is_an_error() -> None:
 def test_torchrun_precedence_parameter_over_pet_environment() -> None:
     registry = load_registry()
     values = resolve(registry, "sft", backend=BACKEND, flags={**BASE, "nnodes": 4}, environ={}).values()
-    env = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "auto", "MASTER_ADDR": "h", "MASTER_PORT": "1234"}
+    env = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "auto", "MASTER_ADDR": "h",
+           "MASTER_PORT": "1234"}
     plan = translate("sft", values, environ=env, flash_attn=False)
     assert plan["torchrun_args"] == {"nproc_per_node": "gpu", "nnodes": 4, "node_rank": 1, "rdzv_id": 0,
                                      "master_addr": "h", "master_port": 1234}
@@ -180,7 +181,8 @@ def test_doctor_checks_say_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> N
     context = CheckContext(backend="instructlab-training")
     monkeypatch.setattr("thub.selection.cuda_visible", lambda: True)
     monkeypatch.setattr("thub.selection.requirement_problem",
-                        lambda spec: "instructlab-training is not installed" if spec.startswith("instructlab") else None)
+                        lambda spec: "instructlab-training is not installed" if spec.startswith("instructlab")
+                        else None)
     result = core.run(context)
     assert result.status == "fail" and "pip install 'instructlab-training==0.16.2'" in result.fix
     assert result.summary == "backend instructlab-training is missing instructlab-training>=0.16.2,<0.17"

@@ -9,6 +9,9 @@ import pytest
 from thub_plugin_instructlab.data import prepare
 from thub_plugin_instructlab.translate import translate
 
+from thub.runner.context import RunContext
+from thub.runner.rundir import RunDirectory
+
 pytest.importorskip("instructlab.training")
 
 SHORT = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}
@@ -30,11 +33,17 @@ def _plan(tiny_model: Path, data: Path, out: Path, **params):
     return translate("sft", values, environ={}, flash_attn=False), values
 
 
+def _context(params: dict) -> RunContext:
+    """The run context the runner passes: the data comes from it (validated rows), not from data_path."""
+    return RunContext("sft", "instructlab-training", params, RunDirectory(Path(params["ckpt_output_dir"])))
+
+
 def _templated_lengths(tiny_model: Path, rows: list[dict]) -> list[int]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
-    return [len(tokenizer.apply_chat_template(r["messages"], tokenize=True, return_dict=True)["input_ids"]) for r in rows]
+    return [len(tokenizer.apply_chat_template(r["messages"], tokenize=True, return_dict=True)["input_ids"])
+            for r in rows]
 
 
 def test_short_and_long_samples_are_counted(tiny_model: Path, tmp_path: Path) -> None:
@@ -45,7 +54,7 @@ def test_short_and_long_samples_are_counted(tiny_model: Path, tmp_path: Path) ->
     lengths = _templated_lengths(tiny_model, rows)
     assert sum(n < 20 for n in lengths) == 2 and sum(n >= 128 for n in lengths) == 1  # the fixture is what we think
 
-    report = prepare(plan, params)
+    report = prepare(plan, _context(params))
     assert (report.input_samples, report.kept_samples, report.dropped_short, report.dropped_long) == (9, 6, 2, 1)
     assert report.train_units == 6
     warnings = report.warnings()
@@ -67,7 +76,7 @@ def test_unmask_messages_trains_on_user_turns_too(tiny_model: Path, tmp_path: Pa
     counted = {}
     for unmask in (False, True):
         plan, params = _plan(tiny_model, data, tmp_path / f"run{unmask}", unmask_messages=unmask)
-        report = prepare(plan, params)
+        report = prepare(plan, _context(params))
         rows = [json.loads(line) for line in Path(report.processed_file).read_text().splitlines()]
         counted[unmask] = sum(sum(label != -100 for label in row["labels"]) for row in rows)
     assert counted[True] > counted[False]
@@ -75,7 +84,7 @@ def test_unmask_messages_trains_on_user_turns_too(tiny_model: Path, tmp_path: Pa
 
 def test_other_formats_are_normalised_first(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
     plan, params = _plan(tiny_model, demo_data / "alpaca.jsonl", tmp_path / "run")
-    report = prepare(plan, params)
+    report = prepare(plan, _context(params))
     assert report.input_samples > 0
     assert report.kept_samples + report.dropped_short + report.dropped_long == report.input_samples
     first = json.loads((tmp_path / "run" / "data" / "thub_input.jsonl").read_text().splitlines()[0])
@@ -83,8 +92,9 @@ def test_other_formats_are_normalised_first(tiny_model: Path, demo_data: Path, t
 
 
 def test_pretraining_documents_become_token_rows(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
-    plan, params = _plan(tiny_model, demo_data / "documents.jsonl", tmp_path / "run", is_pretraining=True, block_size=32)
-    report = prepare(plan, params)
+    plan, params = _plan(tiny_model, demo_data / "documents.jsonl", tmp_path / "run", is_pretraining=True,
+                         block_size=32)
+    report = prepare(plan, _context(params))
     assert report.mode == "pretraining" and report.kept_samples == report.input_samples > 0
     assert report.train_units == -(-report.total_tokens // 32)  # blocks per epoch
     row = json.loads(Path(report.processed_file).read_text().splitlines()[0])

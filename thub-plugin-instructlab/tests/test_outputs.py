@@ -148,7 +148,8 @@ def test_a_resumed_run_continues_the_step_numbers_and_logs_each_step_once(tmp_pa
 
     def attempt(steps: list[tuple[int, int]]) -> None:
         writer = MetricsWriter(thub_metrics)
-        follower = OutputFollower(tmp_path, MetricsConverter(18, 3), emit=lambda line: writer.log(line.pop("step"), **line),
+        follower = OutputFollower(tmp_path, MetricsConverter(18, 3),
+                                  emit=lambda line: writer.log(line.pop("step"), **line),
                                   on_checkpoint=lambda path, step: None, interval=60)
         _ilab_attempt(raw, steps)
         follower.stop()  # the final pass reads everything the attempt wrote

@@ -22,7 +22,8 @@ def test_launch_on_cpu_reports_instructlab_root_cause(tiny_model: Path, demo_dat
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    params = {"model_path": str(tiny_model), "data_path": str(demo_data / "chat.jsonl"), "ckpt_output_dir": str(run_dir),
+    params = {"model_path": str(tiny_model), "data_path": str(demo_data / "chat.jsonl"),
+              "ckpt_output_dir": str(run_dir),
               "data_format": "auto", "num_epochs": 1, "effective_batch_size": 4, "learning_rate": 1e-5,
               "max_seq_len": 256, "seed": 1, "document_column_name": "document", "unmask_messages": False}
     context = RunContext("sft", "instructlab-training", params, RunDirectory(run_dir))

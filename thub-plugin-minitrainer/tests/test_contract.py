@@ -132,7 +132,8 @@ def test_first_matrix_row_in_detail() -> None:
 def test_defaults_and_data_output_dir() -> None:
     plan = _plan("osft")
     t = plan["training_args"]
-    assert (t["batch_size"], t["max_tokens_per_gpu"], t["learning_rate"], t["lr_scheduler"]) == (32, 16384, 1e-5, "cosine")
+    assert (t["batch_size"], t["max_tokens_per_gpu"], t["learning_rate"],
+            t["lr_scheduler"]) == (32, 16384, 1e-5, "cosine")
     assert t["data_path"] == "out/_internal_data_processing/data.jsonl"
     assert plan["data"] == {"mode": "chat", "output": t["data_path"], "max_seq_len": 4096, "overlong": "drop",
                             "loss_on": "assistant tokens"}
@@ -140,7 +141,8 @@ def test_defaults_and_data_output_dir() -> None:
 
 
 @pytest.mark.parametrize("index", range(len(MATRIX)))
-def test_displayed_command_is_what_run_training_starts(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_displayed_command_is_what_run_training_starts(index: int, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """mini_trainer.run_training with a recording Popen wrapper: the command must equal the dry run's."""
     pytest.importorskip("mini_trainer")
     import mini_trainer.api_train as api

@@ -41,7 +41,7 @@ def test_prepared_chat_file_is_what_mini_trainer_reads(tiny_model: Path, demo_da
 
     params = _params("osft", tiny_model, demo_data / "chat.jsonl", tmp_path / "run", num_epochs=2)
     plan = translate("osft", params, environ={})
-    items = prepare_data(params, plan)
+    items = prepare_data(_context("osft", params), plan)
     assert items == 64
     rows = [json.loads(line) for line in Path(plan["data"]["output"]).read_text().splitlines()]
     dataset = JsonlDataset(path=plan["data"]["output"])
@@ -59,7 +59,8 @@ def test_prepared_chat_file_is_what_mini_trainer_reads(tiny_model: Path, demo_da
     t = plan["training_args"]
     assert len(loader) * t["max_epochs"] == estimate_max_steps(items, t["batch_size"], "epoch", t["max_epochs"], 0)
     batch = next(iter(loader))  # list of packed minibatches (padding-free, for flash-attn)
-    assert batch and {"input_ids", "labels", "num_loss_counted_tokens", "batch_num_loss_counted_tokens"} <= set(batch[0])
+    assert batch and {"input_ids", "labels", "num_loss_counted_tokens",
+                      "batch_num_loss_counted_tokens"} <= set(batch[0])
     assert sum(mb["num_samples"] for mb in batch) == 8
 
 
@@ -71,7 +72,7 @@ def test_prepared_documents_become_mini_trainer_blocks(tiny_model: Path, demo_da
     params = _params("sft", tiny_model, demo_data / "documents.jsonl", tmp_path / "run", is_pretraining=True,
                      block_size=32)
     plan = translate("sft", params, environ={})
-    blocks = prepare_data(params, plan)
+    blocks = prepare_data(_context("sft", params), plan)
     loader, _ = get_data_loader(plan["data"]["output"], batch_size=8, max_tokens_per_gpu=512, seed=42, rank=0,
                                 world_size=1, pretraining_config=PretrainingConfig(block_size=32), pad_token_id=0)
     assert len(loader.dataset) == blocks > 0
@@ -120,7 +121,8 @@ class FakeMiniTrainer:
                 (state / f"step_{step}").mkdir(parents=True)
                 (state / f"step_{step}" / "training_state.pt").write_bytes(b"")
                 raise RuntimeError("Training failed. Please check the logs")  # torchrun got SIGTERM too
-            if train_args.min_samples_per_checkpoint and step * train_args.batch_size % train_args.min_samples_per_checkpoint == 0:
+            every = train_args.min_samples_per_checkpoint
+            if every and step * train_args.batch_size % every == 0:
                 self.save(out, step * train_args.batch_size)
         if train_args.save_final_checkpoint:
             self.save(out, self.steps * train_args.batch_size)

@@ -26,13 +26,15 @@ class TestTrlContract(BackendContract):
     }
     # conditional reads: pretraining blocks, validation, trackers' second names, 4-bit settings
     _MORE = {"is_pretraining": True, "block_size": 64, "validation_split": 0.1, "validation_frequency": 5,
-             "wandb_project": "p", "wandb_entity": "e", "mlflow_tracking_uri": "file:///tmp/m", "mlflow_experiment_name": "x"}
-    _TRACK = {"wandb_project": "p", "wandb_entity": "e", "mlflow_tracking_uri": "file:///tmp/m", "mlflow_experiment_name": "x"}
+             "wandb_project": "p", "wandb_entity": "e", "mlflow_tracking_uri": "file:///tmp/m",
+             "mlflow_experiment_name": "x"}
+    _TRACK = {"wandb_project": "p", "wandb_entity": "e", "mlflow_tracking_uri": "file:///tmp/m",
+              "mlflow_experiment_name": "x"}
     _4BIT = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": "bfloat16",
              "bnb_4bit_use_double_quant": True}
     read_samples = [("sft", {**BASE, **_MORE}), ("lora_sft", {**BASE, **_MORE, **_4BIT}),
                     ("grpo", {**BASE, **_TRACK}), ("lora_grpo", {**BASE, **_TRACK, **_4BIT})]
-    # read by the runner: the data (thub.data.training_rows, tokenize_chat), the model load, the final save
+    # read by the runner: the data (context.data(), tokenize_chat), the model load, the final save
     read_elsewhere = frozenset({"datasets", "mix_strategy", "mix_probabilities", "document_column_name", "overlong",
                                 "trust_remote_code", "save_final_checkpoint"})
     checks = frozenset()
@@ -79,7 +81,8 @@ def test_grpo_translation() -> None:
     plan = _plan("grpo", group_size=4, prompt_batch_size=2, max_tokens=16, temperature=0.9, beta=0.04,
                  reward=["math", "binary"])
     config = plan["config"]
-    assert (config["num_generations"], config["per_device_train_batch_size"], config["max_completion_length"]) == (4, 8, 16)
+    assert (config["num_generations"], config["per_device_train_batch_size"],
+            config["max_completion_length"]) == (4, 8, 16)
     assert (config["temperature"], config["beta"], plan["rewards"]) == (0.9, 0.04, ["math", "binary"])
     with pytest.raises(UsageError, match="cannot be split evenly over 3 processes"):
         _plan("grpo", group_size=4, prompt_batch_size=2, nproc_per_node=3)

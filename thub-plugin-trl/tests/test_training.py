@@ -164,7 +164,8 @@ def _wait_for_steps(path: Path, steps: int, process: subprocess.Popen[str], time
     raise AssertionError("no progress")
 
 
-def test_sigterm_checkpoints_and_resume_continues_without_gaps(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+def test_sigterm_checkpoints_and_resume_continues_without_gaps(tiny_model: Path, demo_data: Path,
+                                                               tmp_path: Path) -> None:
     out = tmp_path / "resume"
     args = ["train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "150",
             "--effective-batch-size", "2"]
@@ -238,7 +239,8 @@ def test_two_processes_through_torchrun_log_once(tiny_model: Path, demo_data: Pa
 
 def test_bad_data_is_rejected_before_anything_is_written(tiny_model: Path, tmp_path: Path) -> None:
     data = tmp_path / "bad.jsonl"
-    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n{"messages": [\n')
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": '
+                    '"yo"}]}\n{"messages": [\n')
     out = tmp_path / "never"
     done = thub("train", "sft", *common(tiny_model, data, out))
     assert done.returncode == 2
@@ -258,7 +260,8 @@ def test_failing_preflight_check_stops_the_launch(tiny_model: Path, demo_data: P
 def test_sft_on_a_mix_of_chat_and_sharegpt(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
     out = tmp_path / "mix"
     done = thub("train", "sft", "--backend", "trl", "--model-path", str(tiny_model), "--ckpt-output-dir", str(out),
-                "--dataset", str(demo_data / "chat.jsonl"), "--dataset", f"{demo_data / 'sharegpt.jsonl'}:format=sharegpt",
+                "--dataset", str(demo_data / "chat.jsonl"), "--dataset",
+                f"{demo_data / 'sharegpt.jsonl'}:format=sharegpt",
                 "--mix-strategy", "interleave_under", "--max-steps", "2")
     assert done.returncode == 0, done.stderr
     assert_finished_run(out, source_flag=False)

@@ -32,7 +32,8 @@ class TestUnslothContract(BackendContract):
     readme = Path(__file__).parents[1] / "README.md"
     samples = {"lora_sft": {**BASE, "lora_r": 4, "target_modules": ["q_proj"], "load_in_4bit": True}}
     read_samples = [("lora_sft", {**BASE, "is_pretraining": True, "block_size": 64, "validation_split": 0.1,
-                                  "validation_frequency": 5, "wandb_project": "p", "wandb_entity": "e", "mlflow_tracking_uri": "file:///tmp/m", "mlflow_experiment_name": "x"})]
+                                  "validation_frequency": 5, "wandb_project": "p", "wandb_entity": "e",
+                                  "mlflow_tracking_uri": "file:///tmp/m", "mlflow_experiment_name": "x"})]
     # read by the runner: the pretraining document column and the final save
     read_elsewhere = frozenset({"document_column_name", "save_final_checkpoint"})
     checks = frozenset({"unsloth.conflicts", "unsloth.device"})
@@ -55,7 +56,8 @@ def test_translation_builds_real_trl_config(tmp_path: Path) -> None:
     assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (8, 4)
     assert config.use_cpu is True and config.bf16 is False and config.gradient_checkpointing is False
     assert config.dataset_kwargs == {"skip_prepare_dataset": True} and config.remove_unused_columns is False
-    assert (config.save_strategy, config.save_steps, config.eval_strategy, config.eval_steps) == ("steps", 5, "steps", 3)
+    assert (config.save_strategy, config.save_steps, config.eval_strategy,
+            config.eval_steps) == ("steps", 5, "steps", 3)
     assert config.max_length == 2048
 
 
@@ -166,19 +168,25 @@ def test_collator_pads_labels_with_ignore_index() -> None:
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
 
 
-def test_rows_get_assistant_only_labels(tiny_model: Path, demo_data: Path) -> None:
+def test_rows_get_assistant_only_labels(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
     from thub_plugin_unsloth.runner import prepare_rows
     from transformers import AutoTokenizer
+
+    from thub.runner.context import RunContext
+    from thub.runner.rundir import RunDirectory
+
+    def context(params: dict) -> RunContext:
+        return RunContext("lora_sft", "unsloth", params, RunDirectory(tmp_path))
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     params = {"data_path": str(demo_data / "chat.jsonl"), "data_format": "auto", "max_seq_len": 256,
               "document_column_name": "document"}
     plan = _plan()
-    rows = prepare_rows(params, plan, tokenizer)
+    rows = prepare_rows(context(params), plan, tokenizer)
     first = rows[0]
     trained = sum(label != -100 for label in first["labels"])
     assert 0 < trained < len(first["input_ids"]), "prompt tokens must be masked, the answer trained"
-    unmasked = prepare_rows({**params, "unmask_messages": True}, _plan(unmask_messages=True), tokenizer)
+    unmasked = prepare_rows(context({**params, "unmask_messages": True}), _plan(unmask_messages=True), tokenizer)
     assert sum(label != -100 for label in unmasked[0]["labels"]) > trained
 
 

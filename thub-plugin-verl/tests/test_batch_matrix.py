@@ -102,7 +102,8 @@ def test_thub_accepts_exactly_what_verl_accepts(tmp_path: Path) -> None:
     rejected_but_valid = [(case, error, [layouts[i]["ppo_mini_batch_size"] for i in where if verdicts[i] is None])
                           for case, error, where in cases
                           if isinstance(error, str) and any(verdicts[i] is None for i in where)]
-    assert not accepted_but_failing, f"{len(accepted_but_failing)} accepted layouts fail in verl: {accepted_but_failing[:5]}"
+    assert not accepted_but_failing, \
+        f"{len(accepted_but_failing)} accepted layouts fail in verl: {accepted_but_failing[:5]}"
     assert not rejected_but_valid, f"{len(rejected_but_valid)} rejected layouts verl runs: {rejected_but_valid[:5]}"
     accepted = sum(isinstance(plan, dict) for _case, plan, _where in cases)
     assert 0 < accepted < len(cases)  # the matrix holds both kinds

@@ -84,7 +84,8 @@ def test_full_grpo_has_no_lora_and_no_kl_by_default() -> None:
 def test_steps_and_saving() -> None:
     p = plan(max_steps=7)
     o = overrides(p)
-    assert (p["max_steps"], o["trainer.total_training_steps"], o["trainer.total_epochs"], o["trainer.save_freq"]) == (7, "7", "7", "7")
+    assert (p["max_steps"], o["trainer.total_training_steps"], o["trainer.total_epochs"],
+            o["trainer.save_freq"]) == (7, "7", "7", "7")
     assert overrides(plan(num_iterations=3))["trainer.total_training_steps"] == "3"
     with pytest.raises(UsageError, match="max_steps 2 and num_iterations 3 disagree"):
         plan(max_steps=2, num_iterations=3)
@@ -99,7 +100,8 @@ def test_step_count_from_the_data_at_launch() -> None:
     p = translate("lora_grpo", values, num_prompts=50)  # 50 // 16 = 3 whole batches a pass
     assert p["max_steps"] == 6 and "trainer.save_freq=6" in p["overrides"]
     resumed = translate("lora_grpo", values, num_prompts=50, resume_from="out/checkpoints/global_step_3")
-    assert {"trainer.resume_mode=resume_path", "trainer.resume_from_path=out/checkpoints/global_step_3"} <= set(resumed["overrides"])
+    assert {"trainer.resume_mode=resume_path",
+            "trainer.resume_from_path=out/checkpoints/global_step_3"} <= set(resumed["overrides"])
 
 
 def test_nnodes_counts_in_the_batch_check() -> None:
@@ -176,7 +178,8 @@ def test_gpu_and_library_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (cuda.status, cuda.summary) == ("fail", "backend verl needs an NVIDIA GPU; none found")
     assert "--backend trl" in cuda.fix
     monkeypatch.setattr("thub.selection.requirement_problem",
-                        lambda spec: f"{spec.split('>')[0]} is not installed" if spec.startswith(("verl", "vllm")) else None)
+                        lambda spec: f"{spec.split('>')[0]} is not installed" if spec.startswith(("verl", "vllm"))
+                        else None)
     both = core.run(CheckContext(backend="verl"))
     assert both.summary == "backend verl needs an NVIDIA GPU; none found (and is missing verl>=0.9.1,<0.10, vllm)"
     assert "--backend trl" in both.fix and "pip install 'verl[vllm]==0.9.1'" in both.fix
@@ -261,7 +264,8 @@ def test_saves_per_epoch_sets_the_save_frequency_from_the_data() -> None:
     assert "trainer.save_freq=-1" in dry["overrides"] and "saves_per_epoch 2" in dry["notes"][0]
     p = translate("lora_grpo", values, num_prompts=100)  # 100 // 16 = 6 batches a pass, 2 saves a pass
     assert "trainer.save_freq=3" in p["overrides"]
-    assert "trainer.save_freq=1" in translate("lora_grpo", {**values, "saves_per_epoch": 10}, num_prompts=100)["overrides"]
+    assert "trainer.save_freq=1" in translate("lora_grpo", {**values, "saves_per_epoch": 10},
+                                              num_prompts=100)["overrides"]
     with pytest.raises(UsageError, match="save_steps and saves_per_epoch"):
         plan(saves_per_epoch=2, save_steps=5)
 

@@ -14,7 +14,8 @@ def line(step: int, **data) -> str:
 
 def test_converter_maps_and_skips_repeated_steps() -> None:
     converter = MetricsConverter(max_steps=3)
-    first = converter.convert(json.loads(line(1, **{"actor/pg_loss": 0.2, "actor/lr": 1e-6, "actor/grad_norm": float("nan")})))
+    first = converter.convert(json.loads(line(1, **{"actor/pg_loss": 0.2, "actor/lr": 1e-6,
+                                                    "actor/grad_norm": float("nan")})))
     assert {k: first[k] for k in ("step", "max_steps", "epoch", "mean_reward", "loss", "learning_rate")} == {
         "step": 1, "max_steps": 3, "epoch": 1, "mean_reward": 0.5, "loss": 0.2, "learning_rate": 1e-6}
     assert "grad_norm" not in first  # NaN dropped

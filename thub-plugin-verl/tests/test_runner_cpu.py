@@ -30,7 +30,8 @@ score = getattr(module, o["reward.custom_reward_function.name"])
 import pyarrow.parquet as pq
 row = pq.read_table(o["data.train_files"]).to_pylist()[1]
 truth = row["reward_model"]["ground_truth"]
-scores = [score(row["data_source"], "so \\\\boxed{%s}" % truth, truth, row["extra_info"]), score("thub", "no idea", truth, row["extra_info"])]
+scores = [score(row["data_source"], "so \\\\boxed{%s}" % truth, truth, row["extra_info"]),
+          score("thub", "no idea", truth, row["extra_info"])]
 json.dump(scores, open("scores.json", "w"))
 log = open(os.environ["VERL_FILE_LOGGER_PATH"], "wb", buffering=0)
 ckpt = o["trainer.default_local_dir"]

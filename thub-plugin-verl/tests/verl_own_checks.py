@@ -3,10 +3,10 @@
 Reads JSON from stdin: ``{"overrides": [...], "layouts": [{...}, ...]}``. ``overrides`` is a full
 thub override list (composed once with verl's Hydra config, as ``main_ppo`` does). Without
 ``layouts`` the composed config itself is checked (and converted to verl's optimizer dataclass,
-which validates its fields; the rollout's imports Ray workers); each layout sets the batch keys (``train_batch_size``, ``n``, ``ppo_mini_batch_size``,
-``ppo_micro_batch_size_per_gpu``, ``log_prob_micro_batch_size_per_gpu``, ``n_gpus_per_node``,
-``nnodes``) on that config. Writes one JSON line per layout: ``null`` when every check passed,
-else the first failure's message.
+which validates its fields; the rollout's imports Ray workers); each layout sets the batch keys
+(``train_batch_size``, ``n``, ``ppo_mini_batch_size``, ``ppo_micro_batch_size_per_gpu``,
+``log_prob_micro_batch_size_per_gpu``, ``n_gpus_per_node``, ``nnodes``) on that config. Writes one
+JSON line per layout: ``null`` when every check passed, else the first failure's message.
 
 The checks are verl's own code, from the wheel ``.ci/run`` unpacks into ``build/verl-0.9.1``
 (with tensordict 0.10.0, cloudpickle, pyvers, codetiming and orjson next to it):

@@ -3,7 +3,8 @@
 Precedence, lowest first: algorithm defaults < backend defaults < ``PET_*`` environment
 (Kubeflow Trainer's distributed settings, local launcher only) < config file < ``THUB_*``
 environment < CLI flags < ``--nodes``/``--gpus-per-node`` < ``--set key=value`` (the Python API's
-keyword arguments rank as flags). The CLI and the Python API resolve through here alike. Unknown keys, invalid values and parameters the backend does not honour are
+keyword arguments rank as flags). The CLI and the Python API resolve through here alike. Unknown
+keys, invalid values and parameters the backend does not honour are
 :class:`~thub.errors.UsageError`\\ s that name the file, line and field.
 """
 
@@ -240,7 +241,8 @@ def resolve(
     return resolved
 
 
-def _distributed_layer(launch: Any, flags: Mapping[str, Any], infos: dict[str, ParamInfo]) -> dict[str, tuple[Any, str]]:
+def _distributed_layer(launch: Any, flags: Mapping[str, Any],
+                       infos: dict[str, ParamInfo]) -> dict[str, tuple[Any, str]]:
     """``--nodes``/``--gpus-per-node`` (and SLURM's agents per node): :mod:`thub.launch.options`."""
     if launch is None:
         return {}

@@ -84,8 +84,10 @@ def check_managed_envs(_: CheckContext) -> CheckResult:
             problems.append(f"{item[0].parent.name}: unreadable manifest: {item[1]}")
             broken.append(item[0].parent.name)
     if problems:
-        fixes = "\n".join(f"thub install {b} --env {b} --into managed --force   # recreate it" for b in dict.fromkeys(broken))
-        return CheckResult("fail", f"{len(broken)} of {len(manifests)} managed environment(s) do not match their manifest",
+        fixes = "\n".join(f"thub install {b} --env {b} --into managed --force   # recreate it"
+                          for b in dict.fromkeys(broken))
+        return CheckResult("fail",
+                           f"{len(broken)} of {len(manifests)} managed environment(s) do not match their manifest",
                            tuple(problems), fix=fixes, docs=ANCHOR)
     names = ", ".join(m.name for m in manifests if isinstance(m, Manifest))
     return CheckResult("ok", f"{len(manifests)} managed environment(s) match their manifests: {names}")

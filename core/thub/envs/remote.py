@@ -20,7 +20,8 @@ def call_env(python: str, command: str, payload: dict[str, Any] | None = None, t
     env = {k: v for k, v in os.environ.items() if k not in ("THUB_PLUGINS", "THUB_DISABLE_PLUGINS")}
     env["THUB_ENVS"] = ""
     try:
-        done = subprocess.run([python, "-m", "thub.envs.describe", command], input=json.dumps(payload or {}, default=str),
+        done = subprocess.run([python, "-m", "thub.envs.describe", command],
+                              input=json.dumps(payload or {}, default=str),
                               capture_output=True, text=True, timeout=timeout, env=env)
     except FileNotFoundError:
         raise ThubError(f"the managed environment's interpreter {python} does not exist; "

@@ -239,7 +239,8 @@ def lora_targets(facts: ModelFacts, target_modules: list[str] | None) -> list[Li
     """The matrices LoRA adapts: PEFT's ``all-linear`` (every linear layer but the output head,
     not the router or fused expert tensors) or those whose name ends with a given module name."""
     if not target_modules or target_modules in (["all-linear"], ["all_linear"]):
-        return [lin for lin in facts.linears if not lin.expert and lin.name not in ("mlp.gate", "mlp.shared_expert_gate")]
+        return [lin for lin in facts.linears if not lin.expert
+                and lin.name not in ("mlp.gate", "mlp.shared_expert_gate")]
     wanted = set(target_modules)
     return [lin for lin in facts.linears if lin.name.rsplit(".", 1)[-1] in wanted or lin.name in wanted]
 

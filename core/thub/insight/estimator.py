@@ -114,7 +114,8 @@ class Estimate:
             },
             "memory_policy": setup.policy,
             "trainable_params": self.trainable_params,
-            "components": [{"name": c.name, "bytes": c.bytes, "phase": c.phase, "note": c.note} for c in self.components],
+            "components": [{"name": c.name, "bytes": c.bytes, "phase": c.phase, "note": c.note}
+                           for c in self.components],
             "bytes_per_gpu": {"low": self.low, "expected": self.expected, "high": self.high},
             "verdict": self.verdict,
             "headroom_bytes": self.headroom,
@@ -238,7 +239,8 @@ def estimate(facts: ModelFacts, setup: Setup, *, advise: bool = True) -> Estimat
         parts.append(Component("adapter weights", adapters * 4 // w_shard, "static",
                                f"{adapters:,} LoRA params (r={setup.lora_rank}, {len(targets)} matrix kinds), fp32"))
         parts.append(Component("gradients", adapters * 4 // g_shard, "static", "adapters only, fp32"))
-        parts.append(Component("optimizer states", adapters * 8 // o_shard, "static", "AdamW exp_avg + exp_avg_sq, fp32"))
+        parts.append(Component("optimizer states", adapters * 8 // o_shard, "static",
+                               "AdamW exp_avg + exp_avg_sq, fp32"))
     elif setup.algorithm == "osft":
         targets = lora_targets(facts, None)
         target_numel = sum(lin.numel for lin in targets)
@@ -292,10 +294,12 @@ def estimate(facts: ModelFacts, setup: Setup, *, advise: bool = True) -> Estimat
             parts.append(Component("rollout engine", int(setup.rollout_fraction * setup.gpu_memory), "static",
                                    "co-located vLLM reserve (gpu_memory_utilization)"))
         else:
-            kv = 2 * facts.num_layers * facts.kv_dim * act * setup.completions_per_gpu * (setup.prompt_tokens + setup.completion_tokens)
+            kv = (2 * facts.num_layers * facts.kv_dim * act * setup.completions_per_gpu
+                  * (setup.prompt_tokens + setup.completion_tokens))
             gen_logits = setup.completions_per_gpu * facts.vocab_size * 4
             parts.append(Component("generation KV cache", kv + gen_logits, "generate",
-                                   f"{setup.completions_per_gpu} completions x {setup.prompt_tokens + setup.completion_tokens} tokens"))
+                                   f"{setup.completions_per_gpu} completions x "
+                                   f"{setup.prompt_tokens + setup.completion_tokens} tokens"))
 
     static = sum(c.bytes for c in parts if c.phase == "static")
     train = sum(c.bytes for c in parts if c.phase == "train")
@@ -328,10 +332,12 @@ def _advice(result: Estimate, facts: ModelFacts) -> list[str]:
     setup, advice = result.setup, []
     by_name = {c.name: c.bytes for c in result.components}
     if not setup.gradient_checkpointing and by_name.get("activations", 0) > 0.2 * result.expected:
-        saved = by_name["activations"] - setup.tokens_per_gpu * (facts.num_layers * facts.hidden_size + _layer_elements(facts)) * _bytes_per(setup.precision)[1]
+        kept = setup.tokens_per_gpu * (facts.num_layers * facts.hidden_size + _layer_elements(facts))
+        saved = by_name["activations"] - kept * _bytes_per(setup.precision)[1]
         advice.append(f"enable gradient checkpointing (--gradient-checkpointing): saves about {format_bytes(saved)}")
     if not setup.fused_loss and by_name.get("logits", 0) > 0.1 * result.expected:
-        advice.append(f"use a fused/chunked loss (--use-liger where the backend honours it): logits take {format_bytes(by_name['logits'])}")
+        advice.append("use a fused/chunked loss (--use-liger where the backend honours it): logits take "
+                      f"{format_bytes(by_name['logits'])}")
     if setup.tokens_per_gpu > 512:
         target = result.setup.gpu_memory
         dynamic = by_name.get("activations", 0) + by_name.get("logits", 0)
@@ -339,7 +345,8 @@ def _advice(result: Estimate, facts: ModelFacts) -> list[str]:
         if dynamic and static < target:
             fitting = int(setup.tokens_per_gpu * (target - static) / (dynamic * DYNAMIC_HIGH) * 0.9)
             if 0 < fitting < setup.tokens_per_gpu:
-                advice.append(f"lower tokens per GPU to about {fitting:,} (--max-tokens-per-gpu), now {setup.tokens_per_gpu:,}")
+                advice.append(f"lower tokens per GPU to about {fitting:,} (--max-tokens-per-gpu), now "
+                              f"{setup.tokens_per_gpu:,}")
     if setup.resolved_sharding() != "fsdp" and setup.gpus > 1:
         advice.append("shard weights, gradients and optimizer states across GPUs (--sharding fsdp)")
     more = _gpus_needed(result, facts)
@@ -430,7 +437,8 @@ def setup_from_params(
             except UsageError:
                 micro = max(1, min(8, int(params["effective_batch_size"]) // gpus))
         setup.tokens_per_gpu = micro * int(seq)
-        notes.append(f"micro-batch of {micro} x {seq} tokens (padding to the longest sample; set max_tokens_per_gpu for a token budget)")
+        notes.append(f"micro-batch of {micro} x {seq} tokens (padding to the longest sample; set max_tokens_per_gpu "
+                     "for a token budget)")
     return setup
 
 

@@ -104,8 +104,10 @@ def find_metrics(path: str | Path) -> tuple[list[dict[str, Any]], Path]:
     state = _newest_trainer_state(path)
     if state:
         candidates.append(state)
-    candidates += sorted(path.glob("training_metrics_0.jsonl")) + sorted(path.glob("training_params_and_metrics_global0.jsonl"))
-    candidates += sorted(path.glob("training_metrics_*.jsonl")) + sorted(path.glob("training_params_and_metrics_global*.jsonl"))
+    candidates += sorted(path.glob("training_metrics_0.jsonl"))
+    candidates += sorted(path.glob("training_params_and_metrics_global0.jsonl"))
+    candidates += sorted(path.glob("training_metrics_*.jsonl"))
+    candidates += sorted(path.glob("training_params_and_metrics_global*.jsonl"))
     for candidate in candidates:
         if candidate.is_file():
             rows = _read_trainer_state(candidate) if candidate.suffix == ".json" else _read_jsonl(candidate)
@@ -152,7 +154,8 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def extract(rows: list[dict[str, Any]], metric: str, x_axis: str, where: str) -> tuple[list[float], list[float], str, list[str]]:
+def extract(rows: list[dict[str, Any]], metric: str, x_axis: str, where: str) -> tuple[list[float], list[float], str,
+                                                                                       list[str]]:
     """(xs, ys, key used, notes) for ``metric`` against ``x_axis``; lines without the metric are skipped."""
     keys = METRIC_KEYS.get(metric, (metric,))
     key = next((k for k in keys if any(_number(row.get(k)) is not None for row in rows)), None)

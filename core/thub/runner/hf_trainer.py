@@ -58,7 +58,8 @@ def report_settings(params: Mapping[str, Any]) -> tuple[list[str], dict[str, str
     return report_to or ["none"], env, extra
 
 
-def with_legacy_logging_dir(config_class: type, config: Mapping[str, Any], environment: Mapping[str, str]) -> dict[str, Any]:
+def with_legacy_logging_dir(config_class: type, config: Mapping[str, Any],
+                            environment: Mapping[str, str]) -> dict[str, Any]:
     """``config`` plus ``logging_dir`` where the installed TrainingArguments still has that field
     (transformers 4.x's TensorBoardCallback reads it instead of ``TENSORBOARD_LOGGING_DIR``)."""
     import dataclasses

@@ -93,7 +93,8 @@ class Progress:
             return
         status = result["status"]
         colour = {"succeeded": "green", "interrupted": "yellow"}.get(status, "red")
-        console().print(f"[{colour}]run {status}[/{colour}] in {result.get('wall_seconds', 0):.1f} s: {result['run_dir']}")
+        console().print(f"[{colour}]run {status}[/{colour}] in {result.get('wall_seconds', 0):.1f} s: "
+                        f"{result['run_dir']}")
         trend = self._trend()
         if trend:
             console().print(trend, markup=False)

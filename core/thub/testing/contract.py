@@ -81,6 +81,47 @@ def sdk_violations(package_dir: str | Path) -> list[str]:
     return found
 
 
+#: thub's data readers, which a backend never calls on the run's data itself (the run context does)
+DATA_READERS = frozenset({"training_rows", "training_sources", "load_dataset_rows", "load_source", "load_sources",
+                          "DatasetSource", "prepare", "mix", "mix_loaded"})
+
+
+def data_entry_violations(package_dir: str | Path, allowed: frozenset[str] = frozenset()) -> list[str]:
+    """``file:line: code`` wherever a plugin reads the run's data other than through the run context.
+
+    That is: importing one of :data:`DATA_READERS` from thub, or reading the ``data_path``
+    parameter (``params["data_path"]``, ``.get("data_path")``) anywhere but ``translate.py`` (which
+    maps parameters) and the functions named in ``allowed``. The data comes from
+    ``context.data()`` / ``rows()`` / ``prepare()``: the rows the parent validated, with
+    ``datasets`` and the mixing settings applied once. Test files are not looked at.
+    """
+    import ast
+
+    root = Path(package_dir)
+    found = []
+    for source in sorted(root.rglob("*.py")):
+        if source.name.startswith("test_") or source.name.endswith("_test.py") or source.name == "conftest.py":
+            continue
+        tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+        exempt: set[int] = set()  # lines of the allowed functions
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in allowed:
+                exempt.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        where = source.relative_to(root.parent) if root.parent != root else source
+        for node in ast.walk(tree):
+            bad = False
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "thub":
+                bad = any(alias.name in DATA_READERS for alias in node.names)
+            elif source.name != "translate.py" and getattr(node, "lineno", 0) not in exempt:
+                if isinstance(node, ast.Subscript):
+                    bad = isinstance(node.slice, ast.Constant) and node.slice.value == "data_path"
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                    bad = bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "data_path"
+            if bad:
+                found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
 class RecordingParams(dict):
     """Resolved parameters that record every name read (``[]``, ``get``, ``in``, iteration)."""
 
@@ -136,11 +177,15 @@ class BackendContract:
     checks: ClassVar[frozenset[str] | None] = None
     #: tags of the plugin's own, beyond :data:`KNOWN_CHECK_TAGS`
     check_tags: ClassVar[frozenset[str]] = frozenset()
+    #: functions that may read ``params["data_path"]`` themselves (say why: e.g. files that are
+    #: not thub training data); everything else gets the data from the run context
+    reads_data_path: ClassVar[frozenset[str]] = frozenset()
 
     def registry(self) -> Registry:
         return load_registry()
 
-    def _translate_recording(self, registry: Registry, algorithm: str, flags: dict[str, Any]) -> tuple[Any, set[str], set[str]]:
+    def _translate_recording(self, registry: Registry, algorithm: str,
+                             flags: dict[str, Any]) -> tuple[Any, set[str], set[str]]:
         """(native, names read, names the user set) for one configuration."""
         from thub.config.resolve import resolve
 
@@ -171,7 +216,8 @@ class BackendContract:
         for algorithm, flags in configurations:
             read[algorithm] |= self._translate_recording(registry, algorithm, flags)[1]
         elsewhere_unknown = sorted(self.read_elsewhere - set().union(*spec.algorithms.values()))
-        assert not elsewhere_unknown, f"read_elsewhere names parameters the backend does not honour: {elsewhere_unknown}"
+        assert not elsewhere_unknown, \
+            f"read_elsewhere names parameters the backend does not honour: {elsewhere_unknown}"
         for algorithm, honoured in spec.algorithms.items():
             core = self._consumed_by_core(registry, algorithm)
             unread = sorted(set(honoured) - read[algorithm] - self.read_elsewhere - core)
@@ -189,6 +235,16 @@ class BackendContract:
         found = sdk_violations(package)
         assert not found, (f"{self.plugin_module} imports thub internals; import these names from {SDK_MODULE} "
                            "(docs/writing-plugins.md lists what it exports):\n  " + "\n  ".join(found))
+
+    def test_reads_data_through_the_run_context(self) -> None:
+        """The runner gets its rows from ``context.data()`` / ``rows()`` / ``prepare()`` (the rows
+        thub validated before the run), never by reading ``data_path`` or calling thub's readers."""
+        import importlib
+
+        package = Path(importlib.import_module(self.plugin_module).__file__ or "").parent
+        found = data_entry_violations(package, self.reads_data_path)
+        assert not found, (f"{self.plugin_module} reads the run's data itself; use context.data(), context.rows() "
+                           "or context.prepare() (docs/writing-plugins.md, 'The data'):\n  " + "\n  ".join(found))
 
     def test_registration_imports_nothing_heavy(self) -> None:
         heavy = imported_heavy_modules(
@@ -307,7 +363,8 @@ class BackendContract:
                     continue
                 first = node.values[0]
                 if (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "get"
-                        and isinstance(first.func.value, ast.Name) and first.func.value.id == "params" and first.args and isinstance(first.args[0], ast.Constant) and first.args[0].value in (always or ())):
+                        and isinstance(first.func.value, ast.Name) and first.func.value.id == "params" and first.args
+                    and isinstance(first.args[0], ast.Constant) and first.args[0].value in (always or ())):
                     found.append(f"{source.name}:{node.lineno}: {ast.unparse(node)}")
         assert not found, "fallbacks repeating a declared default (read params[name]):\n  " + "\n  ".join(found)
 

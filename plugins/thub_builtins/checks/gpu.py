@@ -93,7 +93,8 @@ def visible(gpus: list[Gpu], context: CheckContext) -> tuple[list[Gpu], str | No
         return gpus, None
     chosen: list[Gpu] = []
     for entry in (e.strip() for e in value.split(",")):
-        match = next((g for g in gpus if entry in (g.index, g.uuid) or (entry.startswith("GPU-") and g.uuid.startswith(entry))), None)
+        match = next((g for g in gpus if entry in (g.index, g.uuid)
+                      or (entry.startswith("GPU-") and g.uuid.startswith(entry))), None)
         if match is None:
             if entry in ("", "-1") and not chosen:
                 return [], f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU"

@@ -241,7 +241,8 @@ def _ray_processes() -> list[tuple[str, str, str]]:
         except OSError:
             continue
         head = cmd.split(" ", 1)[0]
-        if head.startswith("ray::") or any(n in head for n in ("raylet", "gcs_server")) or "ray/_private/workers" in cmd:
+        if (head.startswith("ray::") or any(n in head for n in ("raylet", "gcs_server"))
+                or "ray/_private/workers" in cmd):
             try:
                 user = pwd.getpwuid(uid).pw_name
             except KeyError:

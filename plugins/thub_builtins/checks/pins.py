@@ -124,4 +124,5 @@ def managed_install(backend: BackendSpec) -> str:
         return f"thub install {entry.name} --into managed"
     if backend.provenance.distribution:
         return owner_install(backend.provenance.distribution)
-    return f"# install backend {backend.name}'s plugin into an environment of its own: thub install PLUGIN --into managed"
+    return (f"# install backend {backend.name}'s plugin into an environment of its own: "
+            "thub install PLUGIN --into managed")

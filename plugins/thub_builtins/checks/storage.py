@@ -156,14 +156,16 @@ def check_output_dir(context: CheckContext) -> CheckResult:
         problem = _writable_dir(path)
         if problem is None:
             return ok(f"{path} is writable")
-        return fail(f"output dir {path} {problem}", f"sudo chown -R \"$USER\" {quote(path)}   # or choose another ckpt_output_dir",
+        return fail(f"output dir {path} {problem}",
+                    f"sudo chown -R \"$USER\" {quote(path)}   # or choose another ckpt_output_dir",
                     anchor="coreoutput-dir")
     parent = existing_ancestor(path)
     problem = _writable_dir(parent)
     if problem is None:
         return ok(f"{path} can be created (in {parent})")
     return fail(f"output dir {path} cannot be created: {parent} {problem}",
-                f"sudo mkdir -p {quote(path)} && sudo chown -R \"$USER\" {quote(path)}   # or choose another ckpt_output_dir",
+                f"sudo mkdir -p {quote(path)} && sudo chown -R \"$USER\" {quote(path)}   # or choose another "
+                "ckpt_output_dir",
                 anchor="coreoutput-dir")
 
 
@@ -176,7 +178,8 @@ def _caches(context: CheckContext) -> list[tuple[str, str, str]]:
         ("pip", env.get("PIP_CACHE_DIR") or os.path.join(cache, "pip"), "pip cache purge"),
         ("uv", env.get("UV_CACHE_DIR") or os.path.join(cache, "uv"), "uv cache clean"),
         ("vLLM", env.get("VLLM_CACHE_ROOT") or os.path.join(cache, "vllm"),
-         f"rm -rf {quote(os.path.join(env.get('VLLM_CACHE_ROOT') or os.path.join(cache, 'vllm'), 'torch_compile_cache'))}"),
+         "rm -rf "
+         f"{quote(os.path.join(env.get('VLLM_CACHE_ROOT') or os.path.join(cache, 'vllm'), 'torch_compile_cache'))}"),
         ("flashinfer", os.path.join(cache, "flashinfer"),
          f"rm -rf {quote(os.path.join(cache, 'flashinfer'))}   # also needed after changing the CUDA toolkit"),
         ("torch extensions", env.get("TORCH_EXTENSIONS_DIR") or os.path.join(cache, "torch_extensions"),
@@ -267,7 +270,8 @@ def check_hf_env(context: CheckContext) -> CheckResult:
         if not os.access(parent, os.W_OK) and not offline:
             problems.append(("fail", f"HF_HOME={hf_home_var} is not writable: downloads will fail",
                              f"sudo chown -R \"$USER\" {quote(parent)}   # or export HF_HOME=$HOME/.cache/huggingface"))
-    if _flag(context, "HF_HUB_ENABLE_HF_TRANSFER") and dist_version("hf_transfer") is None and dist_version("hf-transfer") is None:
+    if (_flag(context, "HF_HUB_ENABLE_HF_TRANSFER")
+            and dist_version("hf_transfer") is None and dist_version("hf-transfer") is None):
         problems.append(("warn", "HF_HUB_ENABLE_HF_TRANSFER=1 but hf_transfer is not installed",
                          pip_install("hf_transfer") + "   # or: unset HF_HUB_ENABLE_HF_TRANSFER"))
     tokens = [context.env[k] for k in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") if context.env.get(k)]
@@ -287,9 +291,11 @@ def check_hf_env(context: CheckContext) -> CheckResult:
 LEFTOVER_VARIABLES: dict[str, tuple[Callable[[str], bool], str, str]] = {
     "VLLM_USE_V1": (lambda v: True, "VLLM_USE_V1 was removed in vLLM 0.12; setting it does nothing",
                     "unset VLLM_USE_V1"),
-    "CUDA_LAUNCH_BLOCKING": (lambda v: v.strip() == "1", "CUDA_LAUNCH_BLOCKING=1 serialises every kernel (a debugging setting)",
+    "CUDA_LAUNCH_BLOCKING": (lambda v: v.strip() == "1",
+                             "CUDA_LAUNCH_BLOCKING=1 serialises every kernel (a debugging setting)",
                              "unset CUDA_LAUNCH_BLOCKING"),
-    "PYTORCH_NO_CUDA_MEMORY_CACHING": (lambda v: v.strip() == "1", "PYTORCH_NO_CUDA_MEMORY_CACHING=1 disables torch's allocator cache (slow)",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING": (lambda v: v.strip() == "1",
+                                       "PYTORCH_NO_CUDA_MEMORY_CACHING=1 disables torch's allocator cache (slow)",
                                        "unset PYTORCH_NO_CUDA_MEMORY_CACHING"),
     "NCCL_BLOCKING_WAIT": (lambda v: v.strip() == "1", "NCCL_BLOCKING_WAIT is deprecated; use TORCH_NCCL_BLOCKING_WAIT",
                            "export TORCH_NCCL_BLOCKING_WAIT=$NCCL_BLOCKING_WAIT && unset NCCL_BLOCKING_WAIT"),

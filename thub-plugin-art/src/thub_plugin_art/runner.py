@@ -48,18 +48,18 @@ def load_rollout_function(import_string: str) -> Callable[..., Any]:
     return function
 
 
-def load_tasks(params: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:
+def load_tasks(context: RunContext, plan: dict[str, Any]) -> list[dict[str, Any]]:
     """Data+reward mode: thub's GRPO rows with the system prompt; rollout mode: the rows as they are."""
+    params = context.params
     if plan["mode"] == "rollout_function":
         path = Path(params["data_path"])
         text = path.read_text()
-        rows = json.loads(text) if path.suffix == ".json" else [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = json.loads(text) if path.suffix == ".json" else [json.loads(line) for line in text.splitlines()
+                                                                if line.strip()]
         return [row if isinstance(row, dict) else {"task": row} for row in rows]
-    from thub.backend import load_dataset_rows
-
     system = plan["loop"]["system_prompt"]
     tasks = []
-    for row in load_dataset_rows(params["data_path"], params.get("data_format", "auto")):
+    for row in context.rows():  # the GRPO rows thub validated before the run
         prompt = list(row["prompt"])
         if system and not (prompt and prompt[0]["role"] == "system"):
             prompt.insert(0, {"role": "system", "content": system})
@@ -176,7 +176,7 @@ async def _main(context: RunContext, plan: dict[str, Any], art: Any, backend_cla
     backend = backend_class(**plan["backend"])
     try:
         await model.register(backend)
-        tasks = load_tasks(context.params, plan)
+        tasks = load_tasks(context, plan)
         if plan["mode"] == "rollout_function":
             rollout = load_rollout_function(plan["loop"]["rollout_function"])
         else:

@@ -20,7 +20,8 @@ from typing import Any
 from thub.backend import PollingFollower
 
 # instructlab field -> thub field (the rest of the numeric fields are kept under their own names)
-_RENAMES = {"avg_loss": "loss", "lr": "learning_rate", "gradnorm": "grad_norm", "overall_throughput": "samples_per_second"}
+_RENAMES = {"avg_loss": "loss", "lr": "learning_rate", "gradnorm": "grad_norm",
+            "overall_throughput": "samples_per_second"}
 _DROP = {"rank", "timestamp", "step", "epoch"}
 _SAMPLES_DIR = re.compile(r"^samples_(\d+)$")
 
@@ -29,7 +30,8 @@ def metrics_file(ckpt_output_dir: str | Path, rank: int = 0) -> Path:
     return Path(ckpt_output_dir) / f"training_params_and_metrics_global{rank}.jsonl"
 
 
-def expected_max_steps(num_samples: int, effective_batch_size: int, num_epochs: int, validation_split: float = 0.0) -> int:
+def expected_max_steps(num_samples: int, effective_batch_size: int, num_epochs: int,
+                       validation_split: float = 0.0) -> int:
     """Optimizer steps instructlab-training will take: ceil(train samples / batch) x epochs.
 
     Its loader batches ``effective_batch_size`` samples with ``drop_last=False``; the validation

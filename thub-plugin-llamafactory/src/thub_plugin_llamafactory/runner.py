@@ -43,7 +43,8 @@ def _lf_message(message: dict[str, Any], where: str) -> list[dict[str, str]]:
     return [{"role": "function_call", "content": json.dumps(functions, ensure_ascii=False)}]
 
 
-def lf_rows(rows: list[dict[str, Any]], locations: list[str], pretraining: bool, unmask_all: bool) -> list[dict[str, Any]]:
+def lf_rows(rows: list[dict[str, Any]], locations: list[str], pretraining: bool,
+            unmask_all: bool) -> list[dict[str, Any]]:
     """thub's canonical rows as the JSONL rows the generated dataset_info entry describes."""
     if pretraining:
         return [{"text": row["document"]} for row in rows]
@@ -61,14 +62,14 @@ def lf_rows(rows: list[dict[str, Any]], locations: list[str], pretraining: bool,
     return out
 
 
-def write_inputs(params: dict[str, Any], plan: dict[str, Any]) -> int:
+def write_inputs(context: RunContext, plan: dict[str, Any]) -> int:
     """The data file, dataset_info.json and train.yaml LLaMA-Factory reads; returns the row count."""
     import yaml
 
-    from thub.backend import training_rows
-
-    rows, locations = training_rows(params)
-    data = lf_rows(rows, locations, plan["data"]["mode"] == "pretraining", bool(params.get("unmask_messages")))
+    params = context.params
+    validated = context.data()  # the rows thub validated before the run (datasets and mixing applied)
+    data = lf_rows(validated.rows, validated.locations, plan["data"]["mode"] == "pretraining",
+                   bool(params.get("unmask_messages")))
     work = Path(plan["args"]["dataset_dir"])
     # every rank writes the same content; atomically, so that none reads a half-written file
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data)
@@ -115,7 +116,7 @@ def run(context: RunContext) -> dict[str, Any]:
     params = context.params
     plan = translate(context.algorithm, params)
     os.environ.update(plan["environment"])
-    count = write_inputs(params, plan)
+    count = write_inputs(context, plan)
     print(f"thub: wrote {count} rows and {plan['config_file']} for LLaMA-Factory "
           f"(same run by hand: {plan['command']})", flush=True)
     args = dict(plan["args"])

@@ -84,7 +84,8 @@ def unsloth_conflicts(requires: list[str] | None = None) -> list[str]:
         except metadata.PackageNotFoundError:
             continue
         if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
-            problems.append(f"{requirement.name} {installed} is installed; unsloth needs {requirement.name}{requirement.specifier}")
+            problems.append(f"{requirement.name} {installed} is installed; unsloth needs "
+                            f"{requirement.name}{requirement.specifier}")
     return problems
 
 
@@ -119,7 +120,8 @@ def _device_check(_context: CheckContext) -> CheckResult:
     return CheckResult(
         "warn", "no NVIDIA GPU: unsloth falls back to CPU (stock transformers + PEFT, much slower)",
         ("supported there: text LoRA with SFTTrainer; no 4-bit/8-bit loading, no vision models",),
-        fix="run on a machine with an NVIDIA GPU for real training; UNSLOTH_DISABLE_CPU_FALLBACK=1 makes unsloth refuse",
+        fix="run on a machine with an NVIDIA GPU for real training; "
+            "UNSLOTH_DISABLE_CPU_FALLBACK=1 makes unsloth refuse",
         docs=DOCS,
     )
 

@@ -15,7 +15,8 @@ DATA_SOURCE = "thub"
 VALIDATION_ROWS = 8
 
 
-def verl_rows(rows: list[dict[str, Any]], system_prompt: str | None = None, split: str = "train") -> list[dict[str, Any]]:
+def verl_rows(rows: list[dict[str, Any]], system_prompt: str | None = None,
+              split: str = "train") -> list[dict[str, Any]]:
     """thub GRPO rows ``{"prompt": [messages], "ground_truth"}`` as verl rows."""
     out = []
     for index, row in enumerate(rows):
