@@ -61,6 +61,7 @@ def run_child(run_path: str) -> int:
         params=real_values({k: v["value"] for k, v in record["parameters"].items()}, run_path),
         run_dir=run_dir,
         resume_from=record.get("resume_from"),
+        record=record,
     )
     context.install_signal_handlers()
     watch_parent()

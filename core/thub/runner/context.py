@@ -27,6 +27,7 @@ class RunContext:
         params: the validated parameters (JSON-compatible dict).
         run_dir: the run directory layout.
         resume_from: checkpoint path to continue from, or None.
+        record: ``thub_run.json`` as read once by the child (values redacted; use ``params``).
         metrics: the metrics writer (use it on the main process only).
 
     The data comes from one entry: :meth:`data` / :meth:`rows` for the rows, :meth:`prepare` for
@@ -39,6 +40,8 @@ class RunContext:
     params: dict[str, Any]
     run_dir: RunDirectory
     resume_from: str | None = None
+    # thub_run.json as the child read it (secrets redacted): sources and versions, for the trackers
+    record: dict[str, Any] = field(default_factory=dict, repr=False)
     metrics: MetricsWriter = field(init=False)
     _stop_signal: int | None = field(default=None, init=False)
     _data: TrainingData | None = field(default=None, init=False, repr=False)
