@@ -53,6 +53,9 @@ def test_sft_config() -> None:
     assert (config["base_model"], config["output_dir"], config["chat_template"]) == ("m", "out/checkpoints", "tokenizer_default")
     assert (config["max_steps"], config["save_strategy"], config["save_steps"]) == (5, "steps", 2)
     assert (config["warmup_steps"], config["adam_beta1"]) == (1, 0.8)
+    # unset: axolotl's own scheduler (its schema's cosine; test_axolotl_validates_the_translation checks it)
+    assert "lr_scheduler" not in config
+    assert _plan("sft", lr_scheduler="constant")["config"]["lr_scheduler"] == "constant"
     dataset = config["datasets"][0]
     assert dataset["type"] == "chat_template" and dataset["field_messages"] == "messages"
     assert dataset["message_property_mappings"] == {"role": "role", "content": "content"}
@@ -138,6 +141,7 @@ def test_axolotl_validates_the_translation(tiny_model: Path) -> None:
     assert (sft["micro_batch_size"], sft["gradient_accumulation_steps"], sft["batch_size"]) == (8, 2, 16)
     assert (sft["max_steps"], sft["save_strategy"], sft["save_steps"], sft["eval_steps"]) == (7, "steps", 3, 5)
     assert sft["val_set_size"] == 0.1 and sft["world_size"] == 1 and sft["bf16"] is False
+    assert sft["lr_scheduler"] == "cosine"  # lr_scheduler unset: axolotl's default, as the README says
     assert sft["dataset"]["type"] == "chat_template" and sft["dataset"]["roles_to_train"] == ["assistant"]
     assert sft["dataset"]["message_property_mappings"] == {"role": "role", "content": "content"}
     assert "error" not in lora, lora

@@ -53,6 +53,9 @@ def test_sft_arguments() -> None:
     assert args["cutoff_len"] == 1024 and args["train_on_prompt"] is False
     assert "template" not in args  # LLaMA-Factory parses the model's own chat template
     assert args["disable_gradient_checkpointing"] is True
+    # unset: LLaMA-Factory's own scheduler (its TrainingArguments' linear; test_training.py parses it)
+    assert "lr_scheduler_type" not in args
+    assert _plan("sft", lr_scheduler="cosine")["args"]["lr_scheduler_type"] == "cosine"
     assert plan["command"] == "llamafactory-cli train out/llamafactory/train.yaml"
     assert _plan("sft", nproc_per_node=4, nnodes=2)["command"] == (
         "FORCE_TORCHRUN=1 NNODES=2 NPROC_PER_NODE=4 NODE_RANK=$NODE_RANK MASTER_ADDR=$MASTER_ADDR "

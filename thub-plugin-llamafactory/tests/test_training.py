@@ -46,6 +46,7 @@ PARSE = textwrap.dedent("""
             "per_device_train_batch_size": training.per_device_train_batch_size,
             "gradient_accumulation_steps": training.gradient_accumulation_steps,
             "max_steps": training.max_steps, "learning_rate": training.learning_rate,
+            "lr_scheduler_type": str(getattr(training.lr_scheduler_type, "value", training.lr_scheduler_type)),
             "output_dir": training.output_dir, "use_cpu": training.use_cpu, "save_steps": training.save_steps,
             "disable_gradient_checkpointing": model.disable_gradient_checkpointing,
             "formatting": attr.formatting, "file_name": attr.dataset_name, "role_tag": attr.role_tag,
@@ -58,6 +59,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("sft", {"effective_batch_size": 16, "max_steps": 7, "save_steps": 3, "unmask_messages": True},
      {"stage": "sft", "finetuning_type": "full", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
       "max_steps": 7, "save_steps": 3, "train_on_prompt": True, "formatting": "sharegpt", "role_tag": "role",
+      "lr_scheduler_type": "linear",  # lr_scheduler unset: LLaMA-Factory's default, as the README says
       "user_tag": "user", "assistant_tag": "assistant", "messages": "messages", "cutoff_len": 1024}),
     ("lora_sft", {"lora_r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], "effective_batch_size": 6,
                   "nproc_per_node": 3},

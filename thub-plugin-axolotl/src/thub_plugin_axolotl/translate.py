@@ -118,7 +118,6 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "gradient_accumulation_steps": accumulation,
         "num_epochs": float(params["num_epochs"]),
         "learning_rate": params["learning_rate"],
-        "lr_scheduler": params.get("lr_scheduler") or "linear",
         "optimizer": "adamw_torch",
         "seed": params["seed"],
         "logging_steps": params["logging_steps"],
@@ -137,6 +136,8 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     config["save_strategy"] = _save_strategy(params)
     # save_steps, warmup, optimizer and clipping under their TrainingArguments names, which axolotl's config takes
     config.update(optional_training_args(params))
+    if params.get("lr_scheduler") is not None:  # unset: axolotl's own (its schema's cosine)
+        config["lr_scheduler"] = params["lr_scheduler"]
     if params.get("validation_split"):
         config.update({"eval_strategy": "steps", "eval_steps": params["validation_frequency"]})
     if params.get("use_liger"):

@@ -94,7 +94,6 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "learning_rate": params["learning_rate"],
         "num_train_epochs": float(params["num_epochs"]),
         "max_steps": params.get("max_steps") or -1,
-        "lr_scheduler_type": params.get("lr_scheduler") or "linear",
         "seed": params["seed"],
         "logging_steps": params["logging_steps"],
         "save_strategy": _save_strategy(params),
@@ -107,6 +106,8 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "plot_loss": False,
     }
     args.update(optional_training_args(params))
+    if params.get("lr_scheduler") is not None:  # unset: LLaMA-Factory's own (TrainingArguments' linear)
+        args["lr_scheduler_type"] = params["lr_scheduler"]
     report_to, environment, extra = report_settings(params)
     args["report_to"] = report_to
     args.update(extra)
