@@ -166,22 +166,52 @@ def fixed(accepts: tuple[Any, ...], note: str) -> Rule:
 
 # --- converters -------------------------------------------------------------------------------
 
-def _world(others: Mapping[str, Any]) -> int:
-    procs = others.get("nproc_per_node", others.get("n_gpus", 1))
-    nodes = others.get("nnodes", 1)
-    return (procs if isinstance(procs, int) else 1) * (nodes if isinstance(nodes, int) else 1)
+# Training Hub names that become effective_batch_size together with the world size: converted by
+# :func:`_merged_batch` on the values of all layers (each may come from another layer), not per layer
+_BATCH_NAMES = ("micro_batch_size", "gradient_accumulation_steps")
 
 
-def _micro_batch(value: Any, others: Mapping[str, Any]) -> dict[str, Any]:
-    if others.get("effective_batch_size") is not None or value is None:
-        return {}  # Training Hub derives the micro-batch from effective_batch_size and ignores this
-    return {"effective_batch_size": int(value) * int(others.get("gradient_accumulation_steps") or 1) * _world(others)}
+def _merged_batch(layers: list[dict[str, tuple[Any, str]]], given: dict[str, tuple[Any, str, int]],
+                  notes: list[str]) -> None:
+    """Fold ``micro_batch_size`` x ``gradient_accumulation_steps`` x world size into
+    ``effective_batch_size``, from the merged values of every (translated) layer.
 
+    ``given``: each batch name's value, source and layer index (the highest layer that set it).
+    The result goes into the highest of those layers, unless ``effective_batch_size`` is set at
+    that precedence or above (Training Hub ignores the micro-batch then). Mutates ``layers``
+    and ``notes``.
+    """
+    from thub.runner.batching import processes_per_node
 
-def _accumulation(value: Any, others: Mapping[str, Any]) -> dict[str, Any]:
-    if others.get("micro_batch_size") is not None or others.get("effective_batch_size") is not None or value is None:
-        return {}  # folded in by micro_batch_size, or thub splits effective_batch_size itself
-    return {"effective_batch_size": 2 * int(value) * _world(others)}  # Training Hub's micro-batch default is 2
+    top = max(index for _value, _source, index in given.values())
+    merged: dict[str, Any] = {}
+    explicit = -1  # the highest layer that sets effective_batch_size itself
+    for index, layer in enumerate(layers):
+        merged.update({key: value for key, (value, _source) in layer.items()})
+        if "effective_batch_size" in layer:
+            explicit = index
+    if explicit >= top:
+        for key, (value, source, _index) in given.items():
+            notes.append(f"{key}={value!r} ({source}): Training Hub derives the micro-batch from "
+                         "effective_batch_size and ignores this")
+        return
+    procs = merged.get("nproc_per_node")
+    if isinstance(procs, str) and procs.strip().isdigit():  # as pydantic will read it
+        merged["nproc_per_node"] = int(procs)
+    try:
+        world = processes_per_node(merged) * int(merged.get("nnodes") or 1)
+        micro = int(given["micro_batch_size"][0]) if "micro_batch_size" in given else 2  # Training Hub's default
+        accumulation = int(given["gradient_accumulation_steps"][0]) if "gradient_accumulation_steps" in given else 1
+    except (TypeError, ValueError) as exc:
+        key, (value, source, _index) = next(iter(given.items()))
+        raise UsageError(f"{source}: Training Hub's {key}={value!r} is not supported by thub: {exc}") from None
+    key = "micro_batch_size" if "micro_batch_size" in given else "gradient_accumulation_steps"
+    source = given[key][1]
+    layers[top]["effective_batch_size"] = (micro * accumulation * world,
+                                           f"{source}, training-hub name {key} → effective_batch_size")
+    if len(given) > 1:
+        value, other, _index = given["gradient_accumulation_steps"]
+        notes.append(f"gradient_accumulation_steps={value!r} ({other}): {RULES['gradient_accumulation_steps'].note}")
 
 
 def _betas(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
@@ -320,12 +350,13 @@ RULES: dict[str, Rule] = {
     "osft_memory_efficient_init": refuse("not a field of mini-trainer 0.9 (Training Hub drops it there); thub's "
                                          "mini-trainer backend initialises OSFT with mini-trainer's default"),
     # lora_sft (unsloth)
+    # both converted on the merged layers by _merged_batch (the world size may come from another layer)
     "micro_batch_size": Rule("mapped", "effective_batch_size = micro_batch_size x gradient_accumulation_steps x "
                                        "processes, when effective_batch_size is not set (Training Hub ignores it "
-                                       "otherwise)", "effective_batch_size", _micro_batch),
+                                       "otherwise)", "effective_batch_size"),
     "gradient_accumulation_steps": Rule("mapped", "folded into effective_batch_size (thub chooses the micro-batch x "
                                                   "accumulation split of the same effective batch)",
-                                        "effective_batch_size", _accumulation),
+                                        "effective_batch_size"),
     "flash_attention": fixed((True, False), "no effect in Training Hub either; thub uses flash-attn when installed, "
                                             "SDPA otherwise"),
     "sample_packing": rename("packing"),
@@ -411,7 +442,8 @@ def translate_layers(
     """
     notes: list[str] = []
     out = []
-    for layer in layers:
+    batch: dict[str, tuple[Any, str, int]] = {}  # Training Hub batch names: converted on the merged layers
+    for index, layer in enumerate(layers):
         values = {key: value for key, (value, _source) in layer.items()}
         new: dict[str, tuple[Any, str]] = {}
         renamed: dict[str, str] = {}
@@ -432,6 +464,9 @@ def translate_layers(
                                  f"({rule.note})")
             if rule.kind == "refused":
                 raise UsageError(f"{source}: Training Hub's {key} is not supported by thub: {rule.note}")
+            if key in _BATCH_NAMES and rule.kind == "mapped":
+                batch[key] = (value, source, index)  # a later (higher) layer replaces an earlier one
+                continue
             try:
                 if rule.kind == "fixed" and rule.convert is None and value not in rule.accepts:
                     raise ValueError(rule.note)
@@ -449,6 +484,8 @@ def translate_layers(
                 new[target] = (target_value, label)
                 renamed[target] = key
         out.append(new)
+    if batch:
+        _merged_batch(out, batch, notes)
     return out, notes
 
 
