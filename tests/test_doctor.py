@@ -525,6 +525,22 @@ def test_conflicts_fix_never_breaks_what_is_installed(real_registry: Registry, s
     assert pip_lines and "yylib>=2" in pip_lines[0] and not any("zzlib" in line for line in pip_lines)
 
 
+def test_pins_read_the_installed_metadata_once(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one pass over the installed distributions for all of a backend's pins, not one per pin
+    from importlib import metadata
+
+    from thub_builtins.checks import pins
+
+    _fake_dist(site, "zzlib", "1.0")
+    _fake_dist(site, "zzuser", "1.0", requires=("zzlib<2",))
+    passes: list[int] = []
+    real = metadata.distributions
+    monkeypatch.setattr(metadata, "distributions", lambda *a, **k: passes.append(1) or real(*a, **k))
+    backend = BackendSpec("x", "pins", {"lora_sft": frozenset()}, "nowhere:run")
+    conflicts = pins.conflicting_pins(backend, ["zzlib>=2", "yylib>=2", "zzuser>=1"], [])
+    assert conflicts == ["zzlib>=2 (installed zzlib 1.0 is what zzuser 1.0 needs: <2)"]
+    assert len(passes) == 1
+
 def test_flash_attn_built_against_other_torch(real_registry: Registry, site: Path) -> None:
     _fake_dist(site, "flash-attn", "2.8.3", files={
         "flash_attn_2_cuda.py": "raise ImportError('flash_attn_2_cuda.so: undefined symbol: _ZN3c104cuda9SetDeviceEi')\n",

@@ -44,30 +44,38 @@ def compatible(a: SpecifierSet, b: SpecifierSet) -> bool:
     return any(both.contains(v, prereleases=True) for v in _candidates(a) | _candidates(b))
 
 
-def _installed_requirements(name: str, skip: set[str]) -> Iterable[tuple[str, SpecifierSet]]:
-    """(who, range) for every installed distribution that requires ``name`` (markers applied)."""
+# required name -> (canonical owner, "owner version", range) for each installed requirement of it
+Needs = dict[str, list[tuple[str, str, SpecifierSet]]]
+
+
+def installed_needs() -> Needs:
+    """Every versioned requirement of the installed distributions (markers applied), by the
+    canonical name it requires: one pass over the metadata for any number of pins."""
+    needs: Needs = {}
     for dist in metadata.distributions():
         owner = dist.metadata.get("Name") or ""
-        if canonicalize_name(owner) in skip:
-            continue
         for text in dist.requires or []:
             try:
                 req = Requirement(text)
             except InvalidRequirement:
                 continue
-            if canonicalize_name(req.name) != name or not str(req.specifier):
+            if not str(req.specifier):
                 continue
             if req.marker is not None and not req.marker.evaluate({"extra": ""}):
                 continue
-            yield f"{owner} {dist.version}", req.specifier
+            needs.setdefault(canonicalize_name(req.name), []).append(
+                (canonicalize_name(owner), f"{owner} {dist.version}", req.specifier))
+    return needs
 
 
-def contradiction(text: str, skip: Iterable[str] = (), others: Iterable[BackendSpec] = ()) -> str | None:
+def contradiction(text: str, skip: Iterable[str] = (), others: Iterable[BackendSpec] = (),
+                  installed_by_name: Needs | None = None) -> str | None:
     """Why installing requirement ``text`` here would break what is installed, or None.
 
     It would when the installed version of its distribution satisfies an installed
     distribution (not in ``skip``) or a backend of ``others`` that no version in the
-    requirement's range can satisfy too.
+    requirement's range can satisfy too. ``installed_by_name`` is :func:`installed_needs`,
+    read once by a caller that asks about several requirements.
     """
     try:
         req = Requirement(text)
@@ -78,7 +86,10 @@ def contradiction(text: str, skip: Iterable[str] = (), others: Iterable[BackendS
         installed: str | None = metadata.version(req.name)
     except metadata.PackageNotFoundError:
         installed = None
-    needs = list(_installed_requirements(name, {canonicalize_name(s) for s in skip} | {name}))
+    skipped = {canonicalize_name(s) for s in skip} | {name}
+    if installed_by_name is None:
+        installed_by_name = installed_needs()
+    needs = [(who, wanted) for owner, who, wanted in installed_by_name.get(name, []) if owner not in skipped]
     for other in others:
         for pin in other.requirements:
             try:
@@ -103,7 +114,8 @@ def conflicting_pins(backend: BackendSpec, specs: Iterable[str], others: Iterabl
     """
     others = list(others)
     skip = [backend.provenance.distribution or ""]
-    return [f"{text} ({why})" for text in specs if (why := contradiction(text, skip, others))]
+    needs = installed_needs()
+    return [f"{text} ({why})" for text in specs if (why := contradiction(text, skip, others, needs))]
 
 
 def owner_install(distribution: str) -> str:

@@ -293,12 +293,13 @@ def check_conflicts(context: CheckContext) -> CheckResult:
 def _safe_fix(conflicts: list[tuple[bool, str, str, str]]) -> str:
     """pip for the requirements that break nothing installed; for one that contradicts another
     installed distribution's need, an environment of its own for the distribution requiring it."""
-    from thub_builtins.checks.pins import contradiction, owner_install
+    from thub_builtins.checks.pins import contradiction, installed_needs, owner_install
 
     safe: list[str] = []
     lines: list[str] = []
+    needs = installed_needs()
     for _, _, req, owner in conflicts:
-        why = contradiction(req, skip=[owner])
+        why = contradiction(req, skip=[owner], installed_by_name=needs)
         if why is None:
             safe.append(req)
         elif owner.startswith("thub-plugin-") or owner.startswith("thub_plugin_"):
