@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thub.errors import UsageError
 from thub.insight.architecture import Linear, ModelFacts, lora_params, lora_targets
+
+if TYPE_CHECKING:
+    from thub.specs import MemoryPolicy
 
 GIB = 1024**3
 SUPPORTED = ("sft", "osft", "lora_sft", "grpo", "lora_grpo")
@@ -60,9 +63,19 @@ class Setup:
     completion_tokens: int = 0
     reference_model: bool = False
     rollout_fraction: float | None = None
-    checkpoint_offload: bool = False  # checkpointed layer inputs live in CPU memory (unsloth)
-    policy: str | None = None  # the backend memory policy applied (its summary), None: generic loop
+    memory_policy: MemoryPolicy | None = None  # the backend's policy applied; None: the generic training loop
     assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def policy(self) -> str | None:
+        """The applied memory policy's one-line summary (None: the generic training loop)."""
+        return self.memory_policy.summary if self.memory_policy is not None else None
+
+    @property
+    def checkpoint_offload(self) -> bool:
+        """Whether checkpointed layer inputs live in CPU memory (unsloth's offloaded checkpointing)."""
+        return bool(self.gradient_checkpointing and self.memory_policy is not None
+                    and self.memory_policy.checkpointing == "offloaded")
 
     @property
     def lora(self) -> bool:
@@ -444,13 +457,12 @@ def setup_from_params(
 
 def _apply_policy(setup: Setup, policy: Any, params: dict[str, Any], precision: str, facts: ModelFacts | None) -> None:
     """Make ``setup`` what the backend's library really does (see :class:`thub.specs.MemoryPolicy`)."""
-    setup.policy = policy.summary
+    setup.memory_policy = policy
     if policy.checkpointing == "always":
         setup.gradient_checkpointing = True
     elif policy.checkpointing == "offloaded":
         # unsloth-style: on unless the user turned checkpointing off explicitly
         setup.gradient_checkpointing = params.get("gradient_checkpointing") is not False
-        setup.checkpoint_offload = setup.gradient_checkpointing
     elif policy.checkpointing == "unless-disabled":
         setup.gradient_checkpointing = params.get("gradient_checkpointing") is not False
     elif policy.checkpointing == "never":
