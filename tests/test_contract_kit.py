@@ -112,3 +112,46 @@ def test_every_sdk_name_resolves_to_its_defining_module() -> None:
     with pytest.raises(AttributeError, match="the backend SDK exports"):
         thub.backend.batching  # noqa: B018
     assert thub.backend.cuda_visible is thub.selection.cuda_visible
+
+
+def test_a_runner_reading_data_path_itself_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The data comes from the run context (the rows the parent validated): reading data_path or
+    calling thub's readers in a runner fails the kit, naming file and line; translate.py may map
+    data_path, and a declared function may read it."""
+    name = _throwaway_plugin(tmp_path, {
+        "translate.py": "def translate(algorithm, params):\n    return {'data': params['data_path']}\n",
+        "runner.py": ("from thub.backend import RunContext, training_rows\n\n\n"
+                      "def run(context):\n"
+                      "    rows = load(context.params['data_path'])\n"
+                      "    path = context.params.get('data_path')\n"
+                      "    return tasks(context.params)\n\n\n"
+                      "def tasks(params):\n"
+                      "    return open(params['data_path']).read()\n"),
+    }, name="thub_plugin_throwaway_data")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kit = _Trl()
+    kit.plugin_module = name
+    with pytest.raises(AssertionError) as failure:
+        kit.test_reads_data_through_the_run_context()
+    message = str(failure.value)
+    assert "runner.py:1: from thub.backend import RunContext, training_rows" in message
+    assert "runner.py:5: context.params['data_path']" in message
+    assert "runner.py:6: context.params.get('data_path')" in message
+    assert "runner.py:11: params['data_path']" in message
+    assert "translate.py" not in message
+    (tmp_path / name / "runner.py").write_text(
+        "def run(context):\n    return tasks(context.params) or context.rows()\n\n\n"
+        "def tasks(params):\n    return open(params['data_path']).read()\n")
+    kit.reads_data_path = frozenset({"tasks"})
+    kit.test_reads_data_through_the_run_context()
+
+
+def test_the_backend_plugins_read_their_data_through_the_run_context() -> None:
+    """Every backend plugin here: no data_path read, no thub data reader (art's rollout tasks declared)."""
+    from thub.testing.contract import data_entry_violations
+
+    plugins = sorted(Path(__file__).parents[1].glob("thub-plugin-*/src/thub_plugin_*"))
+    assert len(plugins) >= 8
+    found = {package.name: data_entry_violations(package, frozenset({"load_tasks"}) if package.name ==
+                                                 "thub_plugin_art" else frozenset()) for package in plugins}
+    assert found == {package.name: [] for package in plugins}

@@ -40,13 +40,13 @@ _EXPORTS: dict[str, str] = {
     "installed_version": "thub.selection",
     # the training child
     "RunContext": "thub.runner.context",
-    # data entry
-    "training_rows": "thub.data",
-    "load_dataset_rows": "thub.data",
+    # data: a runner reads its rows from the run context (context.data(), rows(), prepare()),
+    # never from params["data_path"]; these turn the rows into what its library trains on
+    "TrainingData": "thub.data.training",
+    "PrepareResult": "thub.data.prepare",
     "tokenize_chat": "thub.data",
-    "DatasetSource": "thub.data",
     "load_tokenizer": "thub.data",
-    "prepare": "thub.data",
+    "pretraining_blocks": "thub.data.blocks",
     # metrics and progress
     "MetricsWriter": "thub.runner.metrics",
     "MetricsTail": "thub.runner.metrics",
@@ -68,12 +68,17 @@ _EXPORTS: dict[str, str] = {
     # trackers
     "run_name": "thub.trackers",
     "shared_run_name": "thub.trackers",
+    "tracker_run_names": "thub.trackers",
+    "library_tracker_environment": "thub.trackers.library",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ imports on use
-    from thub.data import DatasetSource, load_dataset_rows, load_tokenizer, prepare, tokenize_chat, training_rows
+    from thub.data import load_tokenizer, tokenize_chat
+    from thub.data.blocks import pretraining_blocks
+    from thub.data.prepare import PrepareResult
+    from thub.data.training import TrainingData
     from thub.errors import ThubError, UsageError, did_you_mean
     from thub.fileio import write_text_atomic
     from thub.hookspecs import hookimpl
@@ -100,7 +105,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
         load_object,
         translation_hook,
     )
-    from thub.trackers import run_name, shared_run_name
+    from thub.trackers import run_name, shared_run_name, tracker_run_names
+    from thub.trackers.library import library_tracker_environment
 
 
 def __getattr__(name: str) -> Any:

@@ -209,6 +209,10 @@ def run(context: RunContext) -> dict[str, Any]:
     """Train LoRA GRPO with ART according to ``translate(algorithm, params)``."""
     plan = translate(context.algorithm, context.params)
     os.environ.update(plan["environment"])  # before ART's import: IMPORT_UNSLOTH, CUDA_VISIBLE_DEVICES
+    from thub.backend import library_tracker_environment
+
+    # thub's parameters (with their sources) into the W&B run ART opens itself
+    os.environ.update(library_tracker_environment(context, ("wandb",), via="ART"))
     import art
     from art.local import LocalBackend  # art.LocalBackend is in __all__ but not imported in 0.5.18
 

@@ -41,14 +41,14 @@ def axolotl_rows(rows: list[dict[str, Any]], locations: list[str], pretraining: 
     return out
 
 
-def write_inputs(params: dict[str, Any], plan: dict[str, Any], resume_from: str | None = None) -> int:
+def write_inputs(context: RunContext, plan: dict[str, Any]) -> int:
     """The data file and config.yaml axolotl reads; returns the row count."""
     import yaml
 
-    from thub.backend import training_rows
-
-    rows, locations = training_rows(params)
-    data = axolotl_rows(rows, locations, plan["data"]["mode"] == "pretraining", bool(params.get("unmask_messages")))
+    params, resume_from = context.params, context.resume_from
+    validated = context.data()  # the rows thub validated before the run (datasets and mixing applied)
+    data = axolotl_rows(validated.rows, validated.locations, plan["data"]["mode"] == "pretraining",
+                        bool(params.get("unmask_messages")))
     config = dict(plan["config"])
     if resume_from:
         config["resume_from_checkpoint"] = resume_from
@@ -64,7 +64,7 @@ def run(context: RunContext) -> dict[str, Any]:
     params = context.params
     plan = translate(context.algorithm, params)
     os.environ.update(plan["environment"])
-    count = write_inputs(params, plan, context.resume_from)
+    count = write_inputs(context, plan)
     print(f"thub: wrote {count} rows and {plan['config_file']} for axolotl (same run by hand: {plan['command']})",
           flush=True)
 

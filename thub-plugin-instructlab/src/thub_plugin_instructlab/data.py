@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from thub.backend import RunContext
 from thub_plugin_instructlab.translate import MIN_SAMPLE_TOKENS
 
 
@@ -96,14 +97,12 @@ def _read_lengths(path: Path) -> list[int]:
     return lengths
 
 
-def prepare(plan: dict[str, Any], params: dict[str, Any]) -> DataReport:
-    """Validate, normalise and process the data into ``data.jsonl``; count what is dropped."""
-    from thub.backend import load_dataset_rows
-
+def prepare(plan: dict[str, Any], context: RunContext) -> DataReport:
+    """Process the run's validated rows into ``data.jsonl``; count what is dropped."""
     args = plan["training_args"]
     mode = plan["data"]["mode"]
-    document_column = params["document_column_name"]
-    rows = load_dataset_rows(params["data_path"], params["data_format"], document_column=document_column)
+    document_column = context.params["document_column_name"]
+    rows = context.rows()  # the rows thub validated and normalised before the run
     output_dir = Path(args["data_output_dir"])
     output_dir.mkdir(parents=True, exist_ok=True)
     processed = output_dir / "data.jsonl"

@@ -65,7 +65,7 @@ def run(context: RunContext) -> dict[str, Any]:
         say(note)
     args = plan["training_args"]
 
-    report = prepare(plan, params)
+    report = prepare(plan, context)
     say(f"data: {report.kept_samples} of {report.input_samples} samples kept in {report.processed_file}")
     for warning in report.warnings():
         say(f"WARNING: {warning}")
@@ -89,6 +89,11 @@ def run(context: RunContext) -> dict[str, Any]:
         rank=node_rank * (torch_args.nproc_per_node if isinstance(torch_args.nproc_per_node, int) else 1),
     )
     _launch_environment()
+    from thub.backend import library_tracker_environment
+
+    # thub's parameters (with their sources) into the tracker runs instructlab-training opens itself
+    os.environ.update(library_tracker_environment(context, ("tensorboard", "mlflow", "wandb"),
+                                                  via="instructlab-training"))
     from instructlab.training import run_training
 
     follower.start()

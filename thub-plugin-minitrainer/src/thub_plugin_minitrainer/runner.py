@@ -24,18 +24,17 @@ from thub_plugin_minitrainer.translate import TRIGGER_DIR, translate
 POLL_SECONDS = 0.5
 
 
-def prepare_data(params: dict[str, Any], plan: dict[str, Any]) -> int:
-    """Tokenize ``data_path`` into the JSONL mini-trainer reads; returns training items (samples or blocks)."""
-    from thub.backend import DatasetSource, load_tokenizer, prepare
+def prepare_data(context: RunContext, plan: dict[str, Any]) -> int:
+    """Tokenize the run's data into the JSONL mini-trainer reads; returns training items (samples or blocks)."""
+    from thub.backend import load_tokenizer
 
+    params = context.params
     pretraining = plan["data"]["mode"] == "pretraining"
-    source = DatasetSource(params["data_path"], format=params["data_format"],
-                           document_column=params["document_column_name"])
     tokenizer = load_tokenizer(params["model_path"], trust_remote_code=bool(params.get("trust_remote_code")))
-    result = prepare([source], tokenizer,
-                     plan["data"]["output"], max_seq_len=plan["data"]["max_seq_len"],
-                     overlong="truncate" if pretraining else "drop", seed=params["seed"],
-                     unmask=bool(params.get("unmask_messages")), num_proc=min(8, os.cpu_count() or 1))
+    # the rows thub validated before the run, tokenized (cached by content)
+    result = context.prepare(tokenizer, plan["data"]["output"], max_seq_len=plan["data"]["max_seq_len"],
+                             overlong="truncate" if pretraining else "drop",
+                             unmask=bool(params.get("unmask_messages")), num_proc=min(8, os.cpu_count() or 1))
     stats = result.stats
     print(f"thub: prepared {stats.samples_out} samples ({stats.tokens} tokens, {stats.trained_tokens} trained) "
           f"in {result.output}{' (cached)' if result.cached else ''}", flush=True)
@@ -82,7 +81,7 @@ def run(context: RunContext) -> dict[str, Any]:
     trigger = Path(TRIGGER_DIR) / plan["environment"]["CHECKPOINT_TRIGGER_FILENAME"]
     trigger.unlink(missing_ok=True)  # a stale request would stop this run at its first step
 
-    items = prepare_data(params, plan)
+    items = prepare_data(context, plan)
     max_steps = estimate_max_steps(_train_items(items, train["validation_split"]), train["batch_size"],
                                    train["training_mode"], train["max_epochs"], train["max_steps"])
     print(f"thub: mini-trainer plan:\n{json.dumps(plan, indent=2)}", flush=True)
@@ -98,8 +97,11 @@ def run(context: RunContext) -> dict[str, Any]:
                                  max_epochs=train["max_epochs"], logging_steps=plan["logging_steps"],
                                  start_offset=offset)
 
+    from thub.backend import library_tracker_environment
     from thub_plugin_minitrainer.native import build
 
+    # thub's parameters (with their sources) into the W&B / MLflow runs mini-trainer opens itself
+    os.environ.update(library_tracker_environment(context, ("wandb", "mlflow"), via="mini-trainer"))
     worker = _Training(*build(plan))
     reported: set[Path] = {path for path, _, _ in hf_checkpoints(out)}
     requested = False

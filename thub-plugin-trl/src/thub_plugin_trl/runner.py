@@ -21,28 +21,16 @@ def _load_tokenizer(params: dict[str, Any]) -> Any:
     return tokenizer
 
 
-def _pretraining_rows(rows: list[dict[str, Any]], tokenizer: Any, block_size: int) -> list[dict[str, Any]]:
-    """Documents tokenized, joined with EOS and cut into ``block_size`` blocks (the tail is dropped)."""
-    encoded = tokenizer([row["document"] for row in rows], add_special_tokens=False)["input_ids"]
-    stream: list[int] = []
-    for ids in encoded:
-        stream.extend(ids)
-        stream.append(tokenizer.eos_token_id)
-    blocks = [stream[i : i + block_size] for i in range(0, len(stream) - block_size + 1, block_size)]
-    if not blocks:
-        raise ValueError(f"the documents hold {len(stream)} tokens, fewer than one block of {block_size}")
-    return [{"input_ids": block, "labels": list(block)} for block in blocks]
-
-
 def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
     from datasets import Dataset
 
-    from thub.backend import tokenize_chat, training_rows
+    from thub.backend import pretraining_blocks, tokenize_chat
 
     params = context.params
-    rows, locations = training_rows(params)
+    data = context.data()  # the rows thub validated before the run (datasets and mixing applied)
+    rows, locations = data.rows, data.locations
     if plan["data"]["mode"] == "pretraining":
-        prepared = _pretraining_rows(rows, tokenizer, params["block_size"])
+        prepared = pretraining_blocks(rows, tokenizer, params["block_size"])
     elif rows and "input_ids" in rows[0]:
         prepared = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows]
     else:
@@ -62,10 +50,7 @@ def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> t
 def _grpo_dataset(context: RunContext, plan: dict[str, Any]) -> Any:
     from datasets import Dataset
 
-    from thub.backend import training_rows
-
-    params = context.params
-    rows, _locations = training_rows(params)
+    rows = context.rows()
     system = plan.get("system_prompt")
     prepared = []
     for row in rows:

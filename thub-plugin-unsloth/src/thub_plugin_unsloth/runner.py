@@ -52,40 +52,30 @@ class LabelPadCollator:
         return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
 
-def pretraining_rows(rows: list[dict[str, Any]], tokenizer: Any, block_size: int, column: str) -> list[dict[str, Any]]:
-    """Documents tokenized, joined with EOS and cut into ``block_size`` blocks (the tail is dropped)."""
-    encoded = tokenizer([row[column] for row in rows], add_special_tokens=False)["input_ids"]
-    stream: list[int] = []
-    for ids in encoded:
-        stream.extend(ids)
-        stream.append(tokenizer.eos_token_id)
-    blocks = [stream[i : i + block_size] for i in range(0, len(stream) - block_size + 1, block_size)]
-    if not blocks:
-        raise ValueError(f"the documents hold {len(stream)} tokens, fewer than one block of {block_size}")
-    return [{"input_ids": block, "labels": list(block)} for block in blocks]
-
-
-def prepare_rows(params: dict[str, Any], plan: dict[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
+def prepare_rows(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
     """thub's data: chat with assistant-only labels (or all tokens), documents, or processed rows."""
-    from thub.backend import load_dataset_rows, tokenize_chat
+    from thub.backend import pretraining_blocks, tokenize_chat
 
-    column = params["document_column_name"]
-    rows = load_dataset_rows(params["data_path"], params.get("data_format", "auto"), document_column=column)
+    params = context.params
+    data = context.data()  # the rows thub validated before the run
+    rows = data.rows
     if plan["data"]["mode"] == "pretraining":
-        return pretraining_rows(rows, tokenizer, params["block_size"], "document")
+        return pretraining_blocks(rows, tokenizer, params["block_size"])
     if rows and "input_ids" in rows[0]:
         return [{"input_ids": r["input_ids"], "labels": r.get("labels", r["input_ids"])} for r in rows]
-    prepared, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=params.get("unmask_messages", False))
+    prepared, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=params.get("unmask_messages", False),
+                                    locations=data.locations)
     print(f"thub: prepared {len(prepared)} samples: {stats}", flush=True)
     for warning in stats.warnings():
         print(f"thub: WARNING: {warning}", flush=True)
     return prepared
 
 
-def _datasets(params: dict[str, Any], plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
+def _datasets(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
     from datasets import Dataset
 
-    dataset = Dataset.from_list(prepare_rows(params, plan, tokenizer))
+    params = context.params
+    dataset = Dataset.from_list(prepare_rows(context, plan, tokenizer))
     if plan["data"]["validation_split"]:
         split = dataset.train_test_split(test_size=plan["data"]["validation_split"], seed=params["seed"])
         return split["train"], split["test"]
@@ -109,7 +99,7 @@ def run(context: RunContext) -> dict[str, Any]:
     if getattr(tokenizer, "pad_token", None) is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = unsloth.FastLanguageModel.get_peft_model(model, **plan["lora"])
-    train_dataset, eval_dataset = _datasets(params, plan, tokenizer)
+    train_dataset, eval_dataset = _datasets(context, plan, tokenizer)
     config = trl.SFTConfig(**with_legacy_logging_dir(trl.SFTConfig, config_kwargs, plan["environment"]))
     trainer = trl.SFTTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=train_dataset,
                              eval_dataset=eval_dataset, data_collator=LabelPadCollator(tokenizer.pad_token_id),

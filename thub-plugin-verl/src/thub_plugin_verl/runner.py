@@ -89,15 +89,14 @@ def export_adapters(checkpoints: list[tuple[int, Path]], python: str | None = No
 
 def run(context: RunContext) -> dict[str, Any]:
     """Train with verl according to ``translate(algorithm, params)``."""
-    from thub.backend import get_registry, load_dataset_rows, load_object
+    from thub.backend import get_registry, load_object
 
     params = context.params
     plan = translate(context.algorithm, params)  # parameter errors before anything else
     preflight()
 
-    rows = load_dataset_rows(params["data_path"], params["data_format"])
     files = plan["files"]
-    num_prompts = prepare(rows, files, params.get("system_prompt"))
+    num_prompts = prepare(context.rows(), files, params.get("system_prompt"))
     if num_prompts < params["prompt_batch_size"]:
         raise ValueError(f"{num_prompts} prompts are fewer than prompt_batch_size {params['prompt_batch_size']}: "
                          "verl drops the incomplete batch, so no step would run")
@@ -112,6 +111,11 @@ def run(context: RunContext) -> dict[str, Any]:
         f"rewards {', '.join(targets)}")
     env = dict(os.environ)
     env.update(plan["environment"])
+    from thub.backend import library_tracker_environment
+
+    # thub's parameters (with their sources) into the tracker runs verl opens itself
+    env.update(library_tracker_environment(context, ("tensorboard", "mlflow", "wandb"), via="verl",
+                                           mlflow_experiment=plan["mlflow_experiment"]))
     command = build_command(plan)
 
     converter = MetricsConverter(plan["max_steps"])
