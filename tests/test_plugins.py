@@ -235,10 +235,6 @@ def commands_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         @hookimpl
         def thub_register_commands(cli):
             raise RuntimeError("command registration exploded")
-
-        @hookimpl
-        def thub_on_event(event):
-            print("EVENT RECEIVED BY FAILED PLUGIN")
     """)
     good = _make_distribution(root, "thub-goodcmd", """
         import click
@@ -282,7 +278,7 @@ def test_broken_command_registration_never_breaks_the_cli(commands_site: Path, t
     assert typo.returncode == 2 and "did you mean 'hello-goodcmd'?" in typo.stderr
 
 
-def test_a_failed_plugin_receives_no_run_events(thub_plugin, capsys) -> None:
+def test_a_failed_plugin_receives_no_run_events(thub_plugin) -> None:
     class HalfBroken:
         def __init__(self) -> None:
             self.events: list[RunEvent] = []
