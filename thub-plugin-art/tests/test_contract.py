@@ -126,7 +126,8 @@ def test_single_gpu_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _plan()["environment"]["CUDA_VISIBLE_DEVICES"] == "2"
 
 
-def test_doctor_checks_and_gpu_preflight() -> None:
+def test_doctor_checks_and_gpu_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
+    import thub.selection
     from thub.specs import CheckContext
 
     registry = load_registry()
@@ -134,40 +135,22 @@ def test_doctor_checks_and_gpu_preflight() -> None:
     assert ids == {"art.single-gpu", "art.vllm-runtime", "art.module-collision"}
     # libraries and the GPU: the core check, as `thub train --backend art` runs it, on both sides of
     # the GPU boundary (mocked: whether a driver is visible, and whether ART is installed)
-    import thub.selection
-
-    check = registry.checks["core.backend-requirements"]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(thub.selection, "cuda_visible", lambda: False)
-        core = check.run(CheckContext(backend="art"))
-        assert core.status == "fail"
-        assert core.summary.startswith("backend art needs an NVIDIA GPU; none found") and "--backend trl" in core.fix
-        patch.setattr(thub.selection, "cuda_visible", lambda: True)
-        patch.setattr(thub.selection, "requirement_problem",
-                      lambda spec: "openpipe-art is not installed" if spec.startswith("openpipe-art") else None)
-        core = check.run(CheckContext(backend="art"))
-        assert core.status == "fail" and core.summary.startswith("backend art is missing ") and INSTALL in core.fix
-        patch.setattr(thub.selection, "requirement_problem", lambda spec: None)
-        assert check.run(CheckContext(backend="art")).status == "ok"
-
-
-def test_gpu_and_library_messages(monkeypatch: pytest.MonkeyPatch) -> None:
-    import thub.selection
-    from thub.specs import CheckContext
-
-    registry = load_registry()
     check = registry.checks["core.backend-requirements"]
     monkeypatch.setattr(thub.selection, "cuda_visible", lambda: False)
     monkeypatch.setattr(thub.selection, "requirement_problem", lambda spec: None)
+    assert not registry.checks["art.single-gpu"].applies(CheckContext(backend="art"))  # GPU-only checks
     cuda = check.run(CheckContext(backend="art"))
     assert (cuda.status, cuda.summary) == ("fail", "backend art needs an NVIDIA GPU; none found")
     assert "--backend trl" in cuda.fix and "--backend verl" not in cuda.fix  # verl needs a GPU too
     monkeypatch.setattr(thub.selection, "cuda_visible", lambda: True)
+    assert registry.checks["art.single-gpu"].applies(CheckContext(backend="art"))
     monkeypatch.setattr(thub.selection, "requirement_problem",
                         lambda spec: "openpipe-art is not installed" if spec.startswith("openpipe-art") else None)
     libs = check.run(CheckContext(backend="art"))
     assert (libs.status, libs.summary) == ("fail", "backend art is missing openpipe-art>=0.5.18,<0.6")
     assert libs.fix == INSTALL and libs.details == ("openpipe-art is not installed",)
+    monkeypatch.setattr(thub.selection, "requirement_problem", lambda spec: None)
+    assert check.run(CheckContext(backend="art")).status == "ok"
 
 
 # --- against ART's own types -------------------------------------------------------------------
