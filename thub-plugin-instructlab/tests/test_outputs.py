@@ -13,12 +13,11 @@ from thub_plugin_instructlab.outputs import (
     checkpoint_dirs,
     expected_max_steps,
     metrics_file,
-    read_new_lines,
 )
 from thub_plugin_instructlab.runner import failure_message
 
 from thub.runner.context import RunContext
-from thub.runner.metrics import REQUIRED_FIELDS, read_metrics
+from thub.runner.metrics import REQUIRED_FIELDS, MetricsTail, read_metrics
 from thub.runner.rootcause import root_cause_from_file
 from thub.runner.rundir import RunDirectory
 
@@ -47,7 +46,7 @@ def test_expected_max_steps_matches_instructlab_loader() -> None:
 
 
 def test_conversion_of_a_realistic_metrics_file() -> None:
-    lines, _ = read_new_lines(METRICS, 0)
+    lines = MetricsTail(METRICS).read()
     converter = MetricsConverter(max_steps=expected_max_steps(10, 4, 2), num_epochs=2)
     out = [line for raw in lines if (line := converter.convert(raw)) is not None]
     assert [line["step"] for line in out] == [1, 2, 3, 4, 5, 6]

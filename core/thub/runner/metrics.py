@@ -116,26 +116,49 @@ class DivergenceWatch:
 
 
 class MetricsTail:
-    """Follows a metrics file as it grows, yielding new complete lines."""
+    """Follows a JSONL file as it grows, yielding each new complete line once.
 
-    def __init__(self, path: str | Path) -> None:
+    The one reader of growing JSONL files for thub and its plugins (thub's own metrics and
+    events, a library's metrics file). A trailing partial line waits for its newline; a line that
+    is not JSON is skipped. ``offset`` starts reading there (lines already handled). With
+    ``follow_rewrites``, a file rewritten from its start (shorter than what was read, or another
+    first line: verl reopens its file with ``wb`` on a resumed run) is read again from the start.
+    """
+
+    def __init__(self, path: str | Path, *, offset: int = 0, follow_rewrites: bool = False) -> None:
         self.path = Path(path)
-        self.offset = 0
+        self.offset = offset  # bytes read so far (a partial last line included, held in buffer)
         self.buffer = b""
+        self.follow_rewrites = follow_rewrites
+        self.head = b""  # the file's first line, once read (follow_rewrites)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self.poll()
 
+    def read(self) -> list[dict[str, Any]]:
+        """The new complete lines (``list(self.poll())``)."""
+        return list(self.poll())
+
+    def _rewritten(self, handle: Any) -> bool:
+        if os.fstat(handle.fileno()).st_size < self.offset:
+            return True
+        return bool(self.head) and handle.read(len(self.head)) != self.head
+
     def poll(self) -> Iterator[dict[str, Any]]:
         try:
             with self.path.open("rb") as handle:
+                if self.follow_rewrites and self._rewritten(handle):
+                    self.offset, self.buffer, self.head = 0, b"", b""
                 handle.seek(self.offset)
                 chunk = handle.read()
         except FileNotFoundError:
             return
+        started_at_zero = self.offset == len(self.buffer)  # the buffer holds the file from its start
         self.offset += len(chunk)
-        self.buffer += chunk
-        *complete, self.buffer = self.buffer.split(b"\n")
+        data = self.buffer + chunk
+        if self.follow_rewrites and not self.head and started_at_zero and b"\n" in data:
+            self.head = data[: data.index(b"\n") + 1]
+        *complete, self.buffer = data.split(b"\n")
         for raw in complete:
             if raw.strip():
                 try:

@@ -9,7 +9,6 @@ Checkpoints go to ``{ckpt_output_dir}/hf_format/samples_{N}`` (or ``last_epoch``
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from thub.backend import PollingFollower
+from thub.backend import MetricsTail, PollingFollower
 
 # instructlab field -> thub field (the rest of the numeric fields are kept under their own names)
 _RENAMES = {"avg_loss": "loss", "lr": "learning_rate", "gradnorm": "grad_norm",
@@ -147,27 +146,6 @@ def checkpoint_dirs(ckpt_output_dir: str | Path) -> list[Path]:
     return [path for *_, path in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
-def read_new_lines(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
-    """Complete JSON lines of ``path`` after byte ``offset``, and the offset after the last one."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            chunk = handle.read()
-    except FileNotFoundError:
-        return [], offset
-    end = chunk.rfind(b"\n")
-    if end < 0:
-        return [], offset
-    lines = []
-    for raw in chunk[: end + 1].splitlines():
-        if raw.strip():
-            try:
-                lines.append(json.loads(raw))
-            except json.JSONDecodeError:
-                continue
-    return lines, offset + end + 1
-
-
 class OutputFollower(PollingFollower):
     """Follows instructlab's metrics file and ``hf_format/`` while it trains (a daemon thread).
 
@@ -185,15 +163,14 @@ class OutputFollower(PollingFollower):
         self.on_checkpoint = on_checkpoint
         # a resumed run appends to the same file: the earlier attempts' lines are read back and
         # held; they are written before this attempt's first step (or at the end), up to that step
-        earlier, self.offset = read_new_lines(self.path, 0)
-        for raw in earlier:
+        self.tail = MetricsTail(self.path)
+        for raw in self.tail.read():
             self.converter.replay(raw)
         self.seen = {str(p) for p in checkpoint_dirs(self.ckpt_output_dir)}
         super().__init__(interval, "thub-ilab-follower")
 
     def poll(self) -> None:
-        lines, self.offset = read_new_lines(self.path, self.offset)
-        for raw in lines:
+        for raw in self.tail.read():
             line = self.converter.convert(raw)
             if line is not None:
                 for held in self.converter.release(before=line["step"]):

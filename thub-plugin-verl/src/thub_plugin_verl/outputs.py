@@ -10,7 +10,6 @@ once a save is complete.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import threading
@@ -19,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from thub.backend import PollingFollower
+from thub.backend import MetricsTail, PollingFollower
 
 # verl metric -> thub metric
 RENAMES = {
@@ -81,36 +80,6 @@ class MetricsConverter:
         return line
 
 
-def read_new_lines(path: Path, offset: int, head: bytes = b"") -> tuple[list[dict[str, Any]], int, bytes]:
-    """Complete JSON lines after byte ``offset``, the new offset and the file's first line.
-
-    verl reopens the file with ``wb`` on a resumed run: when the file is shorter than ``offset``
-    or no longer starts with ``head`` (the first line read before), it is read from the start.
-    """
-    try:
-        with path.open("rb") as handle:
-            start = handle.read(len(head)) if head else b""
-            if path.stat().st_size < offset or (head and start != head):
-                offset = 0
-            handle.seek(offset)
-            chunk = handle.read()
-    except FileNotFoundError:
-        return [], offset, head
-    end = chunk.rfind(b"\n")
-    if end < 0:
-        return [], offset, head
-    if offset == 0:
-        head = chunk[: chunk.find(b"\n") + 1]
-    lines = []
-    for raw in chunk[: end + 1].splitlines():
-        if raw.strip():
-            try:
-                lines.append(json.loads(raw))
-            except json.JSONDecodeError:
-                continue
-    return lines, offset + end + 1, head
-
-
 def latest_step(checkpoints_dir: str | Path) -> int | None:
     """The step of the last complete verl checkpoint (``latest_checkpointed_iteration.txt``)."""
     marker = Path(checkpoints_dir) / "latest_checkpointed_iteration.txt"
@@ -149,16 +118,15 @@ class OutputFollower(PollingFollower):
         self.converter = converter
         self.emit = emit
         self.on_checkpoint = on_checkpoint
-        self.offset = 0
-        self.head = b""
+        # verl reopens the file with ``wb`` on a resumed run: read a rewritten file from its start
+        self.tail = MetricsTail(self.path, follow_rewrites=True)
         self.seen = {step for step, _ in checkpoint_dirs(self.checkpoints_dir)}
         self._lock = threading.Lock()
         super().__init__(interval, "thub-verl-follower")
 
     def poll(self) -> None:
         with self._lock:
-            lines, self.offset, self.head = read_new_lines(self.path, self.offset, self.head)
-            for raw in lines:
+            for raw in self.tail.read():
                 line = self.converter.convert(raw)
                 if line is not None:
                     self.emit(line)
