@@ -15,7 +15,16 @@ import pytest
 
 from thub import hookimpl
 from thub.manager import load_registry
-from thub.specs import AlgorithmSpec, BackendSpec, CheckContext, CheckResult, CheckSpec, RewardSpec, RunEvent
+from thub.specs import (
+    AlgorithmSpec,
+    BackendSpec,
+    CheckContext,
+    CheckResult,
+    CheckSpec,
+    CommandSpec,
+    RewardSpec,
+    RunEvent,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAT = str(ROOT / "examples" / "data" / "chat.jsonl")  # a dry run checks its data
@@ -153,14 +162,17 @@ class _EveryHook:
         register(CheckSpec("toy.check", "toy check", lambda ctx: CheckResult("ok", "fine")))
 
     @hookimpl
-    def thub_register_commands(self, cli):
-        @cli.command(name="toy-hello")
-        def hello() -> None:
-            click.echo("hello from toy")
+    def thub_register_commands(self, register):
+        register(CommandSpec("toy-hello", f"{__name__}:toy_hello", "Say hello from toy."))
 
     @hookimpl
     def thub_on_event(self, event):
         self.events.append(event)
+
+
+@click.command()
+def toy_hello() -> None:
+    click.echo("hello from toy")
 
 
 def test_every_hook_is_called(thub_plugin, thub_cli) -> None:
@@ -233,18 +245,23 @@ def commands_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         from thub import hookimpl
 
         @hookimpl
-        def thub_register_commands(cli):
+        def thub_register_commands(register):
             raise RuntimeError("command registration exploded")
     """)
     good = _make_distribution(root, "thub-goodcmd", """
         import click
         from thub import hookimpl
+        from thub.specs import CommandSpec
+
+        @click.command()
+        def hello():
+            click.echo("hello from goodcmd")
 
         @hookimpl
-        def thub_register_commands(cli):
-            @cli.command(name="hello-goodcmd", short_help="say hello from a plugin")
-            def hello():
-                click.echo("hello from goodcmd")
+        def thub_register_commands(register):
+            register(CommandSpec("hello-goodcmd", "thub_goodcmd:hello", "say hello from a plugin"))
+            # lazily registered: a command whose module is broken is listed, and fails alone when run
+            register(CommandSpec("broken-goodcmd", "thub_goodcmd_missing:hello", "a command that cannot load"))
     """)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                     "--target", str(target), str(bad), str(good)], check=True, capture_output=True)
@@ -261,7 +278,13 @@ def test_broken_command_registration_never_breaks_the_cli(commands_site: Path, t
         assert helped.returncode == 0, helped.stderr
         assert "Traceback" not in helped.stderr and "exploded" not in helped.stdout
         assert "hello-goodcmd" in helped.stdout and "say hello from a plugin" in helped.stdout
+        assert "broken-goodcmd" in helped.stdout and "train" in helped.stdout
     assert _thub(commands_site, "hello-goodcmd", **cache).stdout == "hello from goodcmd\n"
+    hello = _thub(commands_site, "hello-goodcmd", "--help", **cache).stdout
+    assert "say hello from a plugin" in hello  # the registered short help heads the command's page
+    broken = _thub(commands_site, "broken-goodcmd", **cache)
+    assert broken.returncode == 1 and "Traceback" not in broken.stderr
+    assert "command 'broken-goodcmd' could not be loaded from thub_goodcmd_missing:hello" in broken.stderr
     data = json.loads(_thub(commands_site, "plugins", "--json", **cache).stdout)
     failure = next(f for f in data["failures"] if f["name"] == "thub_badcmd")
     assert failure["stage"] == "register commands" and "command registration exploded" in failure["error"]

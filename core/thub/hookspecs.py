@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    import click
-
-    from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, RewardSpec, RunEvent
+    from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, CommandSpec, RewardSpec, RunEvent
 
 hookspec = pluggy.HookspecMarker("thub")
 hookimpl = pluggy.HookimplMarker("thub")
@@ -52,8 +50,9 @@ def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
 
 
 @hookspec
-def thub_register_commands(cli: click.Group) -> None:
-    """Add commands to the ``thub`` click group."""
+def thub_register_commands(register: Callable[[CommandSpec], None]) -> None:
+    """Register ``thub`` subcommands (``CommandSpec``: name, import string of the click command,
+    short help); a command is imported only when it runs."""
 
 
 @hookspec

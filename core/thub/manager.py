@@ -25,7 +25,16 @@ import pluggy
 
 from thub import hookspecs
 from thub.discovery import PluginEntryPoint, entry_points
-from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, Provenance, RewardSpec, RunEvent, load_object
+from thub.specs import (
+    AlgorithmSpec,
+    BackendSpec,
+    CheckSpec,
+    CommandSpec,
+    Provenance,
+    RewardSpec,
+    RunEvent,
+    load_object,
+)
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "thub_builtins.algorithms",
@@ -33,6 +42,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "thub_builtins.checks",
     "thub_builtins.kubeflow",
     "thub_builtins.trackers",
+    "thub_builtins.commands",
 )
 
 # spec kind -> (hook name, spec type)
@@ -41,6 +51,7 @@ _REGISTRATION_HOOKS: dict[str, tuple[str, type]] = {
     "backends": ("thub_register_backends", BackendSpec),
     "rewards": ("thub_register_rewards", RewardSpec),
     "checks": ("thub_register_checks", CheckSpec),
+    "commands": ("thub_register_commands", CommandSpec),
 }
 
 
@@ -82,9 +93,8 @@ class Registry:
     environments: dict[str, str] = field(default_factory=dict)
     # managed backends hidden because the current environment (or an earlier env) provides them
     shadowed: list[str] = field(default_factory=list)
-    # plugin commands (thub_register_commands): name -> click.Command, and name -> plugin
-    commands: dict[str, Any] = field(default_factory=dict)
-    command_plugins: dict[str, str] = field(default_factory=dict)
+    # `thub` subcommands (thub_register_commands), built-in ones included: name -> spec
+    commands: dict[str, CommandSpec] = field(default_factory=dict)
 
     def failed_plugins(self) -> set[str]:
         """Names of loaded plugins with a recorded failure: they receive no run events."""
@@ -274,33 +284,6 @@ class _Loader:
             # registration order: built-ins first, so a later duplicate is the one reported
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 self._collect_one(impl, kind, spec_type, target)
-        self._collect_commands()
-
-    def _collect_commands(self) -> None:
-        """Call each ``thub_register_commands`` alone: a raising one is a failure, not a crash."""
-        impls = self.pm.hook.thub_register_commands.get_hookimpls()
-        if not impls:
-            return  # click is imported only when some plugin adds commands
-        import click
-
-        from thub.cli.main import COMMANDS
-
-        for impl in impls:
-            info = self.registry.plugins[impl.plugin_name]
-            holder = click.Group()
-            try:
-                impl.function(cli=holder)
-                for name in holder.commands:
-                    if name in COMMANDS or name in self.registry.commands:
-                        owner = "thub" if name in COMMANDS else self.registry.command_plugins[name]
-                        raise ValueError(f"command {name!r} is already registered by {owner}")
-            except Exception as exc:  # noqa: BLE001 - one bad plugin must not break the CLI
-                self._fail(info.name, (info.distribution, info.version), "register commands", exc)
-                continue
-            for name, command in holder.commands.items():
-                self.registry.commands[name] = command
-                self.registry.command_plugins[name] = info.name
-                info.registered.setdefault("commands", []).append(name)
 
     def _collect_one(self, impl: pluggy.HookImpl, kind: str, spec_type: type, target: dict[str, Any]) -> None:
         info = self.registry.plugins[impl.plugin_name]

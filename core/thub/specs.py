@@ -1,4 +1,4 @@
-"""The things plugins register: algorithms, backends, rewards and doctor checks.
+"""The things plugins register: algorithms, backends, rewards, doctor checks and commands.
 
 Specs are plain frozen dataclasses so that registering them costs nothing at start-up:
 pydantic parameter models and backend runners are named by *import string* and loaded only
@@ -209,6 +209,22 @@ class CheckSpec(_Registered):
     backends: frozenset[str] = frozenset()
     timeout: float = 10.0
     docs: str | None = None
+    provenance: Provenance = Provenance()
+
+
+@dataclass(frozen=True)
+class CommandSpec(_Registered):
+    """A ``thub`` subcommand, registered lazily: ``target`` is the import string of its click
+    command (``"my_plugin.cli:hello"``), imported only when the command runs.
+
+    ``short_help`` is the command's one definition of its summary: the line ``thub --help``
+    lists (without importing the command) and the first paragraph of ``thub NAME --help``; the
+    command's own docstring holds only what follows it.
+    """
+
+    name: str
+    target: str
+    short_help: str
     provenance: Provenance = Provenance()
 
 

@@ -14,7 +14,6 @@ from thub.ui.output import console, emit_json, table
 @click.option("--json", "as_json", is_flag=True, help="Print the profiles as JSON.")
 @click.option("--show", metavar="NAME", help="Print one profile in full.")
 def clusters(cluster_file: str | None, as_json: bool, show: str | None) -> None:
-    """List cluster profiles and where each came from; exit 2 if a profile file is invalid."""
     from thub.launch.profiles import load_profiles, search_paths
 
     loaded = load_profiles(cluster_file, strict=False)

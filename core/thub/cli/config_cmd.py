@@ -12,7 +12,7 @@ from thub.ui.output import emit_json
 
 @click.group()
 def config() -> None:
-    """Configuration helpers (JSON Schema, YAML template)."""
+    pass
 
 
 @config.command()

@@ -61,9 +61,7 @@ def _probabilities(text: str | None) -> list[float] | None:
 
 @click.group()
 def data() -> None:
-    """Validate, preview, measure and prepare training data.
-
-    \b
+    """\b
     Examples:
       thub data check train.jsonl extra.parquet
       thub data check sharegpt.json:role_tag=role,content_tag=content --json

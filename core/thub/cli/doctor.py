@@ -56,9 +56,7 @@ def doctor(
     timeout: float | None,
     verbose: bool,
 ) -> None:
-    """Check this environment for everything known to break training, with the fix for each.
-
-    One line per check (✓ ok, ! warning, ✗ failed, – skipped), grouped by the plugin that
+    """One line per check (✓ ok, ! warning, ✗ failed, – skipped), grouped by the plugin that
     contributed it, then a summary and the copy-pasteable fixes.
     """
     from thub import __version__
@@ -136,9 +134,7 @@ def _run_with_progress(specs, context, timeout, show):  # type: ignore[no-untype
 @click.option("--no-torch", is_flag=True,
               help="Do not import torch (faster; torch, CUDA and GPU details from torch are left out).")
 def env(as_json: bool, no_torch: bool) -> None:
-    """Print a copy-paste report of this environment for bug reports.
-
-    thub and plugin versions, Python, platform, training packages, torch/CUDA/GPUs when torch is
+    """thub and plugin versions, Python, platform, training packages, torch/CUDA/GPUs when torch is
     installed, the NVIDIA driver, and the relevant environment variables (THUB_, HF_, CUDA_,
     NCCL_, TORCH, PYTORCH_, WANDB_, MLFLOW_, SLURM_, PET_, VLLM_, RAY_ ...). Variables whose
     name contains TOKEN, SECRET, KEY, PASSWORD (and similar) are shown as <redacted>, and

@@ -169,9 +169,7 @@ class EstimateGroup(click.Group):
 
 @click.group(cls=EstimateGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def estimate() -> None:
-    """Memory per GPU before a run: thub estimate ALGORITHM --model-path PATH [--gpus N] [--PARAM VALUE ...].
-
-    \b
+    """\b
     Examples:
       thub estimate sft --model-path examples/tiny --max-seq-len 4096 --gpus 8
       thub estimate lora_sft --model-path ~/models/llama-8b --load-in-4bit --gpu-memory 24GiB

@@ -120,7 +120,7 @@ class _HistoryGroup(click.Group):
 
 @click.group(cls=_HistoryGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def history() -> None:
-    """Run history: list runs under a directory, show one, diff two."""
+    pass
 
 
 history.add_command(list_runs)

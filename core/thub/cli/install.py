@@ -51,9 +51,7 @@ def _conflict_text(conflicts: list[Any]) -> str:
 def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env_name: str | None, extras: tuple[str, ...], gpu: bool,
             torch_spec: str | None, installer: str, editable: bool | None, force: bool, resolve: bool,
             dry_run: bool, as_json: bool) -> None:
-    """Install backend plugins and their training libraries.
-
-    \b
+    """\b
     Examples:
       thub install trl                          here, unless that would break another plugin
       thub install mini-trainer --into managed  its own environment under thub's data directory
@@ -188,9 +186,7 @@ def _print_resolve(data: dict[str, Any]) -> None:
               help="Where to remove it from (auto: the managed environment holding it, else the current one).")
 @dry_run_option
 def uninstall(backend: str, where: str, dry_run: bool) -> None:
-    """Remove a backend: its managed environment, or its plugin from the current environment.
-
-    In the current environment only the plugin distribution is removed; its training library
+    """In the current environment only the plugin distribution is removed; its training library
     stays (other plugins may use it).
     """
     from thub.envs.catalog import resolve_source
@@ -284,9 +280,7 @@ def _manifest_or_fail(name: str) -> Any:
 @click.group(invoke_without_command=True)
 @click.pass_context
 def envs(ctx: click.Context) -> None:
-    """Managed environments: list, show, remove, export a lock.
-
-    \b
+    """\b
     Examples:
       thub envs                 list them (also: thub envs list --json)
       thub envs show trl

@@ -59,7 +59,6 @@ def _location(registry: Any, spec: Any) -> dict[str, Any]:
 @click.command()
 @json_option
 def plugins(as_json: bool) -> None:
-    """List loaded plugins, what each registered, and plugins that failed to load."""
     data = plugins_data()
     if as_json:
         emit_json(data)
@@ -89,7 +88,6 @@ def plugins(as_json: bool) -> None:
 @click.command()
 @json_option
 def algorithms(as_json: bool) -> None:
-    """List algorithms and the backends that run them."""
     registry = get_registry()
     data = [
         {
@@ -112,7 +110,6 @@ def algorithms(as_json: bool) -> None:
 @click.argument("algorithm", required=False)
 @json_option
 def backends(algorithm: str | None, as_json: bool) -> None:
-    """List backends, the algorithms they run and whether they can run here."""
     registry = get_registry()
     if algorithm:
         registry.algorithm(algorithm)  # unknown name -> clear error

@@ -5,7 +5,7 @@ Exit codes: 0 ok, 1 failure, 2 usage or input error, 130 interrupted.
 
 from __future__ import annotations
 
-import importlib
+import inspect
 import sys
 from typing import Any
 
@@ -13,26 +13,6 @@ import click
 
 from thub import __version__
 from thub.errors import ThubError
-
-# command name -> "module:attribute"; one module per command, imported on use.
-COMMANDS: dict[str, str] = {
-    "train": "thub.cli.train:train",
-    "plugins": "thub.cli.listing:plugins",
-    "algorithms": "thub.cli.listing:algorithms",
-    "backends": "thub.cli.listing:backends",
-    "config": "thub.cli.config_cmd:config",
-    "doctor": "thub.cli.doctor:doctor",
-    "env": "thub.cli.doctor:env",
-    "data": "thub.cli.data:data",
-    "runs": "thub.cli.runs:runs",
-    "estimate": "thub.cli.estimate:estimate",
-    "plot": "thub.cli.plot:plot",
-    "history": "thub.cli.history:history",
-    "install": "thub.cli.install:install",
-    "uninstall": "thub.cli.install:uninstall",
-    "envs": "thub.cli.install:envs",
-    "clusters": "thub.cli.clusters:clusters",
-}
 
 
 class Failure(click.ClickException):
@@ -43,59 +23,45 @@ class Failure(click.ClickException):
         self.exit_code = exit_code
 
 
-# command name -> its one-line help in `thub --help`, so that listing imports no command module
-# (tests/test_import_cost.py checks each against the command's own docstring).
-SHORT_HELP: dict[str, str] = {
-    "train": "Train: thub train ALGORITHM [--backend B] [--config F] [--PARAM VALUE ...].",
-    "plugins": "List loaded plugins, what each registered, and plugins that failed to load.",
-    "algorithms": "List algorithms and the backends that run them.",
-    "backends": "List backends, the algorithms they run and whether they can run here.",
-    "config": "Configuration helpers (JSON Schema, YAML template).",
-    "doctor": "Check this environment for everything known to break training, with the fix for each.",
-    "env": "Print a copy-paste report of this environment for bug reports.",
-    "data": "Validate, preview, measure and prepare training data.",
-    "runs": "Inspect, follow and cancel runs (local or SLURM) by their run directory.",
-    "estimate": "Memory per GPU before a run: thub estimate ALGORITHM --model-path PATH [--gpus N] [--PARAM VALUE ...].",
-    "plot": "Plot loss (or reward, or any metric) against the step for one or more runs.",
-    "history": "Run history: list runs under a directory, show one, diff two.",
-    "install": "Install backend plugins and their training libraries.",
-    "uninstall": "Remove a backend: its managed environment, or its plugin from the current environment.",
-    "envs": "Managed environments: list, show, remove, export a lock.",
-    "clusters": "List cluster profiles and where each came from; exit 2 if a profile file is invalid.",
-}
-
-
 class LazyGroup(click.Group):
-    """Lists commands without importing them: built-ins by name and import string, plugin
-    commands from a cache (thub.cli.plugin_commands); a command is imported when invoked."""
+    """Lists commands without importing them: every command, built-in or a plugin's, is registered
+    through ``thub_register_commands`` by name, import string and short help, and listed from a
+    cache (:mod:`thub.cli.plugin_commands`); a command is imported when invoked."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         from thub.cli.plugin_commands import listing
 
-        return sorted(set(COMMANDS) | set(listing()))
+        return sorted(listing())
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in COMMANDS:
-            module_name, _, attribute = COMMANDS[name].partition(":")
-            return getattr(importlib.import_module(module_name), attribute)
-        from thub.manager import get_registry
+        from thub.cli.plugin_commands import listing
 
-        return get_registry().commands.get(name)
+        entry = listing().get(name)
+        if entry is None:
+            return None
+        from thub.specs import load_object
+
+        try:
+            command = load_object(entry["target"])
+        except Exception as exc:  # noqa: BLE001 - a broken plugin command must not take the CLI down
+            raise ThubError(f"command {name!r} could not be loaded from {entry['target']}: "
+                            f"{type(exc).__name__}: {exc} (see `thub plugins`)") from None
+        if not isinstance(command, click.Command):
+            raise ThubError(f"command {name!r}: {entry['target']} is a {type(command).__name__}, "
+                            "not a click command")
+        return _summarised(command, entry["short_help"])
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # click's own version calls get_command() on every name, importing every command module
         from thub.cli.plugin_commands import listing
 
-        plugin = listing()
-        names = sorted(set(COMMANDS) | set(plugin))
-        limit = formatter.width - 6 - max(len(name) for name in names)
-        rows = []
-        for name in names:  # every built-in has its SHORT_HELP line (tests/test_import_cost.py)
-            text = SHORT_HELP[name] if name in COMMANDS else plugin[name]
-            rows.append((name, _shorten(text, limit)))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+        commands = listing()
+        if not commands:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in commands)
+        rows = [(name, _shorten(commands[name]["short_help"], limit)) for name in sorted(commands)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         try:
@@ -114,6 +80,16 @@ class LazyGroup(click.Group):
             from thub.redact import redact_text  # a message may quote a URI with a password in it
 
             raise Failure(redact_text(str(exc)), exc.exit_code) from None
+
+
+def _summarised(command: click.Command, short_help: str) -> click.Command:
+    """``command`` with its registered short help, the one definition of its summary: the line
+    ``thub --help`` lists and the first paragraph of ``thub NAME --help``, above the docstring."""
+    if short_help and command.short_help != short_help:
+        command.short_help = short_help
+        # dedented first: click dedents the whole text by its least indented line after the first
+        command.help = short_help + (f"\n\n{inspect.cleandoc(command.help)}" if command.help else "")
+    return command
 
 
 def _shorten(text: str, limit: int) -> str:

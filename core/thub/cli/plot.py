@@ -34,9 +34,7 @@ def _fmt(value: float | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the per-run summary (and points) as JSON on stdout.")
 def plot(run_dirs: tuple[str, ...], metric: str | None, x_axis: str, ema_alpha: float | None,
          labels: tuple[str, ...], output: str | None, title: str | None, ascii_plot: bool, as_json: bool) -> None:
-    """Plot loss (or reward, or any metric) against the step for one or more runs.
-
-    \b
+    """\b
     Examples:
       thub plot runs/demo-sft                         summary of the loss curve
       thub plot runs/a runs/b --ema 0.2 -o loss.png   two runs overlaid, smoothed

@@ -80,7 +80,7 @@ def _trackers(directory: Any) -> dict[str, Any]:
 
 @click.group()
 def runs() -> None:
-    """Inspect, follow and cancel runs (local or SLURM) by their run directory."""
+    pass
 
 
 @runs.command()

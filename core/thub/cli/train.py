@@ -183,9 +183,7 @@ class AlgorithmGroup(click.Group):
 
 @click.group(cls=AlgorithmGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def train() -> None:
-    """Train: thub train ALGORITHM [--backend B] [--config F] [--PARAM VALUE ...].
-
-    \b
+    """\b
     Examples:
       thub train sft --backend trl --config examples/configs/sft.yaml
       thub train lora_sft --model-path m --data-path d.jsonl --ckpt-output-dir out --dry-run
