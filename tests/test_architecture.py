@@ -72,3 +72,20 @@ def test_a_third_party_algorithm_needs_no_builtin_plugin() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def private_imports(root: Path) -> list[str]:
+    """``file:line: module.name`` for every ``from thub... import _name`` under ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("thub"):
+                found.extend(f"{path.relative_to(CORE.parent)}:{node.lineno}: {node.module}.{alias.name}"
+                             for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__"))
+    return found
+
+
+def test_commands_share_public_names_only() -> None:
+    # issue 16: `thub config schema` and `thub estimate` imported _honoured_somewhere, _flag_values and
+    # _option_for from the train command; what commands share lives in thub.cli.param_options
+    assert private_imports(CORE / "cli") == []

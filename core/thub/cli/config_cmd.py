@@ -19,12 +19,12 @@ def config() -> None:
 @click.argument("algorithm")
 def schema(algorithm: str) -> None:
     """Print the JSON Schema of ALGORITHM's parameters (for editors' YAML support)."""
-    from thub.cli.train import _honoured_somewhere
+    from thub.cli.param_options import honoured_somewhere
 
     registry = get_registry()
     model = registry.algorithm(algorithm).load_parameters()
     data = model.model_json_schema()
-    honoured = _honoured_somewhere(registry, algorithm)
+    honoured = honoured_somewhere(registry, algorithm)
     for name, prop in data["properties"].items():
         if name not in honoured:  # setting it is an error with every installed backend
             prop["description"] = (prop.get("description", "") + " Honoured by: none installed.").strip()

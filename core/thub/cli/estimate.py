@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from thub.cli.train import _flag_values, _option_for
+from thub.cli.param_options import flag_values, option_for
 from thub.config.fields import param_infos
 from thub.errors import UsageError
 from thub.manager import Registry, get_registry
@@ -118,7 +118,7 @@ def _make_command(algorithm: str) -> click.Command:
         started = time.perf_counter()
         result, resolved = run_estimate(
             algorithm, backend=control["backend"], config_file=control["config"],
-            flags=_flag_values(infos, kwargs), overrides=list(control["overrides"]), gpus=control["gpus"],
+            flags=flag_values(infos, kwargs), overrides=list(control["overrides"]), gpus=control["gpus"],
             gpu_memory=control["gpu_memory"], sharding=control["sharding"], precision=control["precision"])
         if control["as_json"]:
             data = result.as_dict()
@@ -145,7 +145,7 @@ def _make_command(algorithm: str) -> click.Command:
         click.Option(["--config", "-c"], type=click.Path(dir_okay=False), help="YAML file of parameters (as for thub train)."),
         click.Option(["--set", "overrides"], multiple=True, metavar="KEY=VALUE", help="Override any parameter."),
         click.Option(["--json", "as_json"], is_flag=True, help="Print the estimate as JSON on stdout."),
-        *(_option_for(info) for info in infos.values()),
+        *(option_for(info) for info in infos.values()),
     ]
     return click.Command(
         algorithm, params=params, callback=callback,

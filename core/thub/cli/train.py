@@ -8,69 +8,18 @@ from typing import Any
 
 import click
 
-from thub.config.fields import ParamInfo, format_value, param_infos, parse_text
+from thub.cli.param_options import flag_values, honoured_somewhere, option_for
+from thub.config.fields import param_infos
 from thub.manager import get_registry
 from thub.ui.output import console, emit_json
 from thub.ui.plan import show_plan
-
-
-def _option_for(info: ParamInfo, honoured: bool = True) -> click.Option:
-    """A click option for one parameter; its default is None so 'not given' is visible.
-    ``honoured=False``: no installed backend honours it for this algorithm (setting it is an error)."""
-    default = "required" if info.required else f"default: {format_value(info.default)}"
-    help_text = f"{info.help} [{info.group}; {default}" + ("" if honoured else "; honoured by: none installed") + "]"
-    if info.is_flag:
-        name = info.option.removeprefix("--")
-        return click.Option([f"--{name}/--no-{name}", info.name], default=None, help=help_text)
-    if info.is_list:
-        return click.Option([info.option, info.name], multiple=True, metavar="A[,B]" if info.split else "VALUE",
-                            help=help_text + (" Repeatable or comma-separated." if info.split else " Repeatable."))
-    kinds = set(info.base_types)
-    if info.choices:
-        click_type: click.ParamType = click.Choice(info.choices)
-    elif kinds == {int}:
-        click_type = click.INT
-    elif kinds == {float}:
-        click_type = click.FLOAT
-    else:
-        click_type = click.STRING
-    return click.Option([info.option, info.name], type=click_type, default=None,
-                        metavar=info.type_label().upper(), help=help_text)
-
-
-def _honoured_somewhere(registry: Any, algorithm: str) -> frozenset[str]:
-    """Parameters of ``algorithm`` that thub's core or at least one installed backend honours."""
-    from thub.config.fields import CORE_HANDLED
-    from thub.trackers import parent_logged_params
-
-    names = set(CORE_HANDLED)
-    for backend in registry.backends_for(algorithm):
-        names |= set(backend.honours(algorithm)) | set(parent_logged_params(backend, algorithm))
-    return frozenset(names)
-
-
-def _flag_values(infos: dict[str, ParamInfo], given: dict[str, Any]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for name, value in given.items():
-        info = infos[name]
-        if value is None or value == ():
-            continue
-        if info.is_list and not info.split:
-            values[name] = list(value)
-        elif info.is_list:
-            values[name] = [part.strip() for item in value for part in item.split(",") if part.strip()]
-        elif isinstance(value, str) and not info.choices and str not in info.base_types:
-            values[name] = parse_text(info, value)  # e.g. dicts, int|"auto"
-        else:
-            values[name] = value
-    return values
 
 
 def _make_command(algorithm: str) -> click.Command:
     registry = get_registry()
     spec = registry.algorithm(algorithm)
     infos = param_infos(spec.load_parameters())
-    honoured = _honoured_somewhere(registry, algorithm)  # once, not once per parameter
+    honoured = honoured_somewhere(registry, algorithm)  # once, not once per parameter
 
     def callback(**kwargs: Any) -> None:
         control = {k: kwargs.pop(k) for k in ("backend", "config", "overrides", "dry_run", "as_json",
@@ -86,7 +35,7 @@ def _make_command(algorithm: str) -> click.Command:
             algorithm,
             backend=control["backend"],
             config_file=control["config"],
-            flags=_flag_values(infos, kwargs),
+            flags=flag_values(infos, kwargs),
             overrides=list(control["overrides"]),
             allow_ignored=control["allow_ignored"],
             launch=launch,
@@ -141,7 +90,7 @@ def _make_command(algorithm: str) -> click.Command:
         click.Option(["--gpus-per-node"], type=click.IntRange(min=1), help="GPUs (processes) per node (sets nproc_per_node)."),
         click.Option(["--time", "time_limit"], metavar="D-HH:MM:SS", help="Wall time of each SLURM job (default: the profile's)."),
         click.Option(["--max-restarts"], type=click.IntRange(min=0), help="Chain K more jobs (afterany) that resume from the latest checkpoint."),
-        *(_option_for(info, name in honoured) for name, info in infos.items()),
+        *(option_for(info, name in honoured) for name, info in infos.items()),
     ]
     return click.Command(
         algorithm,

@@ -1,0 +1,66 @@
+"""Click options generated from an algorithm's parameter model (never written by hand), shared by
+``thub train ALGO`` and ``thub estimate ALGO``: one option per field, the values the user gave, and
+which parameters any installed backend honours (``thub config schema`` marks the others).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from thub.config.fields import ParamInfo, format_value, parse_text
+
+
+def option_for(info: ParamInfo, honoured: bool = True) -> click.Option:
+    """A click option for one parameter; its default is None so 'not given' is visible.
+    ``honoured=False``: no installed backend honours it for this algorithm (setting it is an error)."""
+    default = "required" if info.required else f"default: {format_value(info.default)}"
+    help_text = f"{info.help} [{info.group}; {default}" + ("" if honoured else "; honoured by: none installed") + "]"
+    if info.is_flag:
+        name = info.option.removeprefix("--")
+        return click.Option([f"--{name}/--no-{name}", info.name], default=None, help=help_text)
+    if info.is_list:
+        return click.Option([info.option, info.name], multiple=True, metavar="A[,B]" if info.split else "VALUE",
+                            help=help_text + (" Repeatable or comma-separated." if info.split else " Repeatable."))
+    kinds = set(info.base_types)
+    if info.choices:
+        click_type: click.ParamType = click.Choice(info.choices)
+    elif kinds == {int}:
+        click_type = click.INT
+    elif kinds == {float}:
+        click_type = click.FLOAT
+    else:
+        click_type = click.STRING
+    return click.Option([info.option, info.name], type=click_type, default=None,
+                        metavar=info.type_label().upper(), help=help_text)
+
+
+def honoured_somewhere(registry: Any, algorithm: str) -> frozenset[str]:
+    """Parameters of ``algorithm`` that thub's core or at least one installed backend honours."""
+    from thub.config.fields import CORE_HANDLED
+    from thub.trackers import parent_logged_params
+
+    names = set(CORE_HANDLED)
+    for backend in registry.backends_for(algorithm):
+        names |= set(backend.honours(algorithm)) | set(parent_logged_params(backend, algorithm))
+    return frozenset(names)
+
+
+def flag_values(infos: dict[str, ParamInfo], given: dict[str, Any]) -> dict[str, Any]:
+    """The parameter values of the options the user gave (``given``: click's keyword arguments,
+    None or () when not given), split and parsed as the parameter's type says."""
+    values: dict[str, Any] = {}
+    for name, value in given.items():
+        info = infos[name]
+        if value is None or value == ():
+            continue
+        if info.is_list and not info.split:
+            values[name] = list(value)
+        elif info.is_list:
+            values[name] = [part.strip() for item in value for part in item.split(",") if part.strip()]
+        elif isinstance(value, str) and not info.choices and str not in info.base_types:
+            values[name] = parse_text(info, value)  # e.g. dicts, int|"auto"
+        else:
+            values[name] = value
+    return values
