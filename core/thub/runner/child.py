@@ -18,10 +18,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from thub.redact import real_values
+from thub.redact import real_values, redact
 from thub.runner.context import RunContext
 from thub.runner.lifeline import PARENT_ENV, parent_alive, watch_parent
 from thub.runner.metrics import read_metrics
+from thub.runner.result import write_result
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.specs import load_object
 
@@ -33,19 +34,12 @@ def _completed(run_dir: RunDirectory) -> bool:
     return isinstance(last.get("max_steps"), int) and last.get("step", 0) >= last["max_steps"]
 
 
-def orphan_fields(run_dir: RunDirectory, started: float) -> dict[str, Any]:
-    """What the supervisor adds to result.json, for a child whose supervisor died."""
-    events = read_metrics(run_dir.events)
-    lines = read_metrics(run_dir.metrics)
-    return {
-        "reason": f"the thub parent process (pid {os.environ.get(PARENT_ENV)}) died; "
-                  "the training child stopped with it",
-        "run_dir": str(run_dir.path),
-        "checkpoints": [{"path": e["path"], "step": e["step"]} for e in events if "path" in e],
-        "last_metrics": lines[-1] if lines else None,
-        "wall_seconds": round(time.time() - started, 3),
-        "log": str(run_dir.log_file),
-    }
+def _orphan_result(run_dir: RunDirectory, context: RunContext, result: dict[str, Any], started: float) -> None:
+    """The final result.json of a child whose supervisor died: the supervisor's own writer, so the
+    fields (and their redaction) are the same as when the supervisor writes it."""
+    result["reason"] = (f"the thub parent process (pid {os.environ.get(PARENT_ENV)}) died; "
+                        "the training child stopped with it")
+    write_result(run_dir, result, started=started, model_path=str(context.params.get("model_path") or ""))
 
 
 def run_child(run_path: str) -> int:
@@ -73,12 +67,11 @@ def run_child(run_path: str) -> int:
         traceback.print_exc()
         sys.stderr.flush()
         if context.is_main and not parent_alive():
-            write_json_atomic(run_dir.result, {
+            _orphan_result(run_dir, context, {
                 "status": "failed", "algorithm": context.algorithm, "backend": context.backend,
                 "final_checkpoint": None, "exit_code": 1,
                 "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:400],
-                "root_cause": traceback.format_exception_only(exc)[-1:],
-                **orphan_fields(run_dir, started)})
+                "root_cause": traceback.format_exception_only(exc)[-1:]}, started)
         return 1
     if context.is_main:
         # A stop request that came after the last step (during the final save, say) did not
@@ -92,9 +85,11 @@ def run_child(run_path: str) -> int:
             "summary": outcome.get("summary", {}),
             "train_seconds": round(time.time() - started, 3),
         }
-        if not parent_alive():
-            result.update(orphan_fields(run_dir, started))
-        write_json_atomic(run_dir.result, result)
+        if parent_alive():
+            # the supervisor completes it (thub.runner.result); redacted already, should it never get to
+            write_json_atomic(run_dir.result, redact(result))
+        else:
+            _orphan_result(run_dir, context, result, started)
     sys.stdout.flush()
     return 0
 

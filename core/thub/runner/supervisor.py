@@ -34,6 +34,7 @@ from thub.runner.batching import world_size
 from thub.runner.lock import RunLock
 from thub.runner.metrics import DivergenceWatch, MetricsTail, truncate_after
 from thub.runner.progress import Progress
+from thub.runner.result import write_result
 from thub.runner.rootcause import disk_full_cause, read_section, root_cause
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.selection import installed_version
@@ -81,17 +82,18 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
         "algorithm": resolved.algorithm.name,
         "backend": backend.name,
         "runner": backend.runner,
-        # secrets redacted (thub.redact); this process keeps the real values for the child
+        # record_values: each value as stored (redacted under its name); this process keeps the
+        # real values for the child (thub.redact)
         "parameters": {k: {"value": v, "source": resolved.sources[k]}
                        for k, v in record_values(values, values["ckpt_output_dir"]).items()},
-        "ignored": redact(resolved.ignored),
+        "ignored": resolved.ignored,
         "versions": {
             "thub": __version__,
             "plugin": {"name": backend.provenance.distribution, "version": backend.provenance.version},
             "library": {"name": library_name, "version": installed_version(library_name)},
             "python": sys.version.split()[0],
         },
-        "command_line": redact(command_line),
+        "command_line": command_line,
         "resume_from": resume_from,
         "created": time.time(),
     }
@@ -102,7 +104,7 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
     if environment["kind"] == "managed":
         record["versions"]["library"] = environment["library"] or record["versions"]["library"]
         record["versions"]["python"] = environment["python_version"] or record["versions"]["python"]
-    return record
+    return redact(record)  # once, over everything: an ignored value or the command line may quote a secret
 
 
 def _validate_data(resolved: ResolvedConfig) -> TrainingData:
@@ -379,15 +381,6 @@ def _drop_incomplete_checkpoints(run_dir: RunDirectory, since: float) -> list[st
     return removed
 
 
-def _write_result(run_dir: RunDirectory, result: dict[str, Any]) -> None:
-    """result.json, atomically; a write error (a full disk) is one line, not a traceback."""
-    try:
-        write_json_atomic(run_dir.result, result)
-    except OSError as exc:
-        result["note"] = f"result.json could not be written: {exc.strerror or exc}"
-        print(f"thub: cannot write {run_dir.result}: {exc.strerror or exc}", file=sys.stderr)
-
-
 def supervise(
     resolved: ResolvedConfig,
     run_dir: RunDirectory,
@@ -447,24 +440,12 @@ def supervise(
                 result["note"] = f"removed the half-written {', '.join(removed)} (the disk is full)"
     if stopped:
         result["note"] = f"the child did not exit within {_grace_seconds():g} s of writing its result and was stopped"
-    record = read_json(run_dir.record) or {}
-    result.update({
-        "run_dir": str(run_dir.path),
-        "checkpoints": supervisor.checkpoints,
-        "last_metrics": supervisor.last_metrics,
-        "wall_seconds": round(time.time() - started, 3),
-        "log": str(run_dir.log_file),
-        "outputs": run_dir.outputs_since(record.get("user_entries")),
-    })
     if result["status"] == "interrupted" and not result.get("reason") and supervisor.signals:
         name = signal.Signals(supervisor.signals[0]).name
         result["reason"] = f"stopped by {name} (checkpoint and stop at the next step boundary)"
-    result.setdefault("final_checkpoint", None)
-    from thub.data.template_check import attach as check_templates
-
-    check_templates(result, resolved.values()["model_path"])  # saved chat templates vs the input model's
-    result = redact(result)  # an error or root cause may quote a URI with its password
-    _write_result(run_dir, result)
+    # the run's fields, redaction and the atomic write: shared with an orphaned child (thub.runner.child)
+    result = write_result(run_dir, result, started=started, model_path=resolved.values()["model_path"],
+                          checkpoints=supervisor.checkpoints, last_metrics=supervisor.last_metrics)
     supervisor.fire({"succeeded": "finished", "interrupted": "interrupted"}.get(result["status"], "failed"), result)
     progress.finish(result)
     return result
