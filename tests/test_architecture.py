@@ -89,3 +89,13 @@ def test_commands_share_public_names_only() -> None:
     # issue 16: `thub config schema` and `thub estimate` imported _honoured_somewhere, _flag_values and
     # _option_for from the train command; what commands share lives in thub.cli.param_options
     assert private_imports(CORE / "cli") == []
+
+
+def test_the_package_all_lists_every_lazy_name() -> None:
+    # issue 16: `thub.dry_run` worked but was missing from thub.__all__ (`from thub import *`, docs tools)
+    import thub
+
+    lazy = {"hookimpl", *thub._API, *thub._TRAINING_HUB}
+    assert set(thub.__all__) == lazy | {"__version__"}
+    for name in thub.__all__:
+        assert getattr(thub, name) is not None, name

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "hookimpl", "train", "sft", "osft", "lora_sft", "grpo", "lora_grpo",
+__all__ = ["__version__", "hookimpl", "train", "dry_run", "sft", "osft", "lora_sft", "grpo", "lora_grpo",
            "TrainingHubCallback", "TrainingHubContext", "TrainingHubControl"]
 
 _API = {"train", "sft", "osft", "lora_sft", "grpo", "lora_grpo", "dry_run"}
