@@ -96,7 +96,7 @@ def choose_backend(registry: Registry, algorithm: str, requested: str | None) ->
         from thub.envs.catalog import install_advice
 
         raise UsageError(f"no installed backend runs {algorithm!r}; {install_advice(algorithm)}")
-    notes = []
+    notes: list[str] = []
     for backend in candidates:
         ok, why = backend_status(backend)
         if ok:

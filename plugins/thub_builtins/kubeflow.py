@@ -234,12 +234,15 @@ class StatusReporter:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError("the deadline passed before the update could be sent")
+            host = parts.hostname
+            if host is None:  # checked when the reporter was made (url_problem); here for the type checker
+                raise ValueError(f"no host in {self.url!r}")
             if parts.scheme == "https":
                 context = (ssl.create_default_context(cafile=self.ca_cert) if self.ca_cert
                            else ssl.create_default_context())
-                connection = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=remaining, context=context)
+                connection = http.client.HTTPSConnection(host, parts.port, timeout=remaining, context=context)
             else:
-                connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=remaining)
+                connection = http.client.HTTPConnection(host, parts.port, timeout=remaining)
             aborted = threading.Event()
             timer = threading.Timer(remaining, _abort, (connection, aborted))
             timer.daemon = True

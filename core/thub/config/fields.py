@@ -87,6 +87,7 @@ def param_infos(model: type[BaseModel]) -> dict[str, ParamInfo]:
     for name, field in model.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         required = field.default is PydanticUndefined and field.default_factory is None
+        flag = extra.get("flag")
         infos[name] = ParamInfo(
             name=name,
             annotation=field.annotation,
@@ -94,7 +95,7 @@ def param_infos(model: type[BaseModel]) -> dict[str, ParamInfo]:
             required=required,
             help=field.description or "",
             group=str(extra.get("group", "other")),
-            flag=extra.get("flag"),
+            flag=flag if isinstance(flag, str) else None,  # param() takes a str
             split=bool(extra.get("split", True)),
         )
     return infos

@@ -74,7 +74,7 @@ def package_versions() -> dict[str, str]:
     """Installed versions of the packages in :data:`PACKAGES` (from metadata, no import)."""
     found = {name: version for name in PACKAGES if (version := installed_version(name))}
     for dist in metadata.distributions():
-        name = dist.metadata.get("Name") or ""
+        name = dist.metadata.get("Name") or ""  # type: ignore[attr-defined]  # .get: typed in 3.12+ stubs only
         if name.lower().startswith(("thub-plugin-", "thub_plugin_")):
             found.setdefault(name, dist.version)
     return dict(sorted(found.items(), key=lambda kv: kv[0].lower()))

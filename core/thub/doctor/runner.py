@@ -263,7 +263,7 @@ def _with_docs(result: CheckResult, docs: str) -> CheckResult:
 
 def counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
     """``{status: n}`` for every status, plus ``total``."""
-    found = {status: 0 for status in STATUSES}
+    found: dict[str, int] = {status: 0 for status in STATUSES}
     total = 0
     for outcome in outcomes:
         found[outcome.status] += 1

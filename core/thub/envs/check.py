@@ -22,7 +22,7 @@ ANCHOR = "docs/doctor.md#coremanaged-envs"
 def _installed(site_packages: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for dist in metadata.distributions(path=[site_packages]):
-        name = dist.metadata.get("Name")
+        name = dist.metadata.get("Name")  # type: ignore[attr-defined]  # .get: typed in 3.12+ stubs only
         if name:
             found.setdefault(canonicalize_name(name), dist.version)
     return found

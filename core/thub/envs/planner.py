@@ -260,7 +260,7 @@ def installed_distributions() -> dict[str, DistInfo]:
     """Distributions of the current environment, keyed by canonical name."""
     found: dict[str, DistInfo] = {}
     for dist in metadata.distributions():
-        raw = dist.metadata.get("Name")
+        raw = dist.metadata.get("Name")  # type: ignore[attr-defined]  # .get: typed in 3.12+ stubs only
         if not raw:
             continue
         key = canonicalize_name(raw)

@@ -162,7 +162,9 @@ def extract(rows: list[dict[str, Any]], metric: str, x_axis: str, where: str) ->
     if key is None:
         present = sorted({k for row in rows for k, v in row.items() if _number(v) is not None})
         raise UsageError(f"{where}: no {metric!r} values (tried {', '.join(keys)}); numeric keys: {', '.join(present)}")
-    xs, ys, notes = [], [], []
+    xs: list[float] = []
+    ys: list[float] = []
+    notes: list[str] = []
     start = next((_number(row.get("timestamp")) for row in rows if _number(row.get("timestamp")) is not None), None)
     for index, row in enumerate(rows):
         y = _number(row.get(key))

@@ -101,7 +101,7 @@ class RunDirectory:
         on the way, each with what is wrong with it."""
         from thub.runner.checkpoints import checkpoint_problem
 
-        skipped = []
+        skipped: list[tuple[Path, str]] = []
         for step, path in self.checkpoint_dirs():
             problem = checkpoint_problem(path)
             if problem is None:

@@ -109,16 +109,17 @@ def data_entry_violations(package_dir: str | Path, allowed: frozenset[str] = fro
                 exempt.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
         where = source.relative_to(root.parent) if root.parent != root else source
         for node in ast.walk(tree):
+            line = getattr(node, "lineno", 0)  # ast.mod and a few other nodes have no position
             bad = False
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "thub":
                 bad = any(alias.name in DATA_READERS for alias in node.names)
-            elif source.name != "translate.py" and getattr(node, "lineno", 0) not in exempt:
+            elif source.name != "translate.py" and line not in exempt:
                 if isinstance(node, ast.Subscript):
                     bad = isinstance(node.slice, ast.Constant) and node.slice.value == "data_path"
                 elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
                     bad = bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "data_path"
             if bad:
-                found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+                found.append(f"{where}:{line}: {ast.unparse(node)}")
     return found
 
 

@@ -27,7 +27,7 @@ from typing import Any
 def check_metrics(lines: list[dict[str, Any]], steps: int, metric: str) -> list[str]:
     """Problems with the metrics stream: continuity (each step once, 1..steps) and finite values."""
     problems = []
-    numbers = [line.get("step") for line in lines]
+    numbers: list[Any] = [line.get("step") for line in lines]  # JSON values, checked below
     if not lines:
         return ["training_metrics.jsonl is empty"]
     if steps and numbers != list(range(1, steps + 1)):

@@ -53,7 +53,7 @@ def installed_needs() -> Needs:
     canonical name it requires: one pass over the metadata for any number of pins."""
     needs: Needs = {}
     for dist in metadata.distributions():
-        owner = dist.metadata.get("Name") or ""
+        owner = dist.metadata.get("Name") or ""  # type: ignore[attr-defined]  # .get: typed in 3.12+ stubs only
         for text in dist.requires or []:
             try:
                 req = Requirement(text)

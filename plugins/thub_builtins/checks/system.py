@@ -204,7 +204,7 @@ def _installed() -> tuple[dict[str, _Dist], list[str]]:
     found: dict[str, _Dist] = {}
     duplicates: list[str] = []
     for dist in metadata.distributions():
-        raw = dist.metadata.get("Name")
+        raw = dist.metadata.get("Name")  # type: ignore[attr-defined]  # .get: typed in 3.12+ stubs only
         if not raw:
             continue
         name = canonicalize_name(raw)
@@ -237,13 +237,14 @@ def _requirement_conflicts(installed: dict[str, _Dist],
                 req = Requirement(text)
             except InvalidRequirement:
                 continue
-            gated = req.marker is not None and "extra" in str(req.marker)
-            if gated:
+            marker = req.marker
+            gated = marker is not None and "extra" in str(marker)
+            if marker is not None and gated:
                 # Extras are checked for thub's own distributions only (the training library is
                 # often an extra of its plugin), and only when the extra's dependency is there.
-                if not related or not any(req.marker.evaluate({"extra": e}) for e in extras):
+                if not related or not any(marker.evaluate({"extra": e}) for e in extras):
                     continue
-            elif req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            elif marker is not None and not marker.evaluate({"extra": ""}):
                 continue
             target = installed.get(canonicalize_name(req.name))
             if target is None:
@@ -314,14 +315,14 @@ def _safe_fix(conflicts: list[tuple[bool, str, str, str]]) -> str:
 def check_compromised(_: CheckContext) -> CheckResult:
     hits: list[tuple[str, str, str]] = []
     for dist in metadata.distributions():
-        raw = dist.metadata.get("Name") or ""
+        raw = dist.metadata.get("Name") or ""  # type: ignore[attr-defined]  # .get: typed in 3.12+ stubs only
         bad = KNOWN_COMPROMISED.get(canonicalize_name(raw), {})
         if dist.version in bad:
             hits.append((raw, dist.version, bad[dist.version]))
     if not hits:
         return ok(f"none of {sum(len(v) for v in KNOWN_COMPROMISED.values())} known-compromised releases installed")
     safe = []
-    for name, _version, _ in hits:
+    for name, _version, _reason in hits:
         lowest_bad = min(KNOWN_COMPROMISED[canonicalize_name(name)], key=lambda v: tuple(map(int, v.split("."))))
         safe.append(f"{name}<{lowest_bad}")
     return fail(
