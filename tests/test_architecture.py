@@ -85,10 +85,12 @@ def private_imports(root: Path) -> list[str]:
     return found
 
 
-def test_commands_share_public_names_only() -> None:
+@pytest.mark.parametrize("package", ["cli", "launch"])
+def test_commands_and_launchers_share_public_names_only(package: str) -> None:
     # issue 16: `thub config schema` and `thub estimate` imported _honoured_somewhere, _flag_values and
-    # _option_for from the train command; what commands share lives in thub.cli.param_options
-    assert private_imports(CORE / "cli") == []
+    # _option_for from the train command (now thub.cli.param_options); the SLURM submission imported
+    # the supervisor's _validate_data
+    assert private_imports(CORE / package) == []
 
 
 def test_the_package_all_lists_every_lazy_name() -> None:

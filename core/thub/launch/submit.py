@@ -91,10 +91,11 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
         out.print("\n[dim]Dry run: only the script was written; nothing was submitted.[/dim]")
         return 0
 
+    from thub.data.training import validate_training_data
     from thub.runner.rundir import RunDirectory, write_json_atomic
-    from thub.runner.supervisor import _validate_data, prepared_run
+    from thub.runner.supervisor import prepared_run
 
-    data = _validate_data(resolved)  # seconds, here, rather than after the queue wait
+    data = validate_training_data(resolved.values())  # seconds, here, rather than after the queue wait
     run_dir = RunDirectory(request.run_dir)
     # the same lock, preparation and record as a local run; the lock is released once submitted:
     # the job takes it (thub.launch.worker waits for it)
