@@ -276,7 +276,8 @@ def test_pins_read_the_installed_metadata_once(site: Path, monkeypatch: pytest.M
 
 def test_flash_attn_built_against_other_torch(real_registry: Registry, site: Path) -> None:
     _fake_dist(site, "flash-attn", "2.8.3", files={
-        "flash_attn_2_cuda.py": "raise ImportError('flash_attn_2_cuda.so: undefined symbol: _ZN3c104cuda9SetDeviceEi')\n",
+        "flash_attn_2_cuda.py": "raise ImportError('flash_attn_2_cuda.so: undefined symbol: "
+                                "_ZN3c104cuda9SetDeviceEi')\n",
     })
     result = run_core("core.flash-attn", {"PYTHONPATH": str(site)})
     assert result.status == "fail" and "undefined symbol" in result.summary

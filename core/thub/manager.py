@@ -223,7 +223,8 @@ class _Loader:
                 holder = self.registry.environments.get(spec.name)
                 where = f"managed environment {holder!r}" if holder else "the current environment"
                 self.registry.shadowed.append(
-                    f"backend {spec.name!r} of managed environment {env_name!r} is hidden: {where} provides it too and wins"
+                    f"backend {spec.name!r} of managed environment {env_name!r} is hidden: {where} provides it too and "
+                    "wins"
                 )
                 continue
             self.registry.backends[spec.name] = spec

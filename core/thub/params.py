@@ -46,7 +46,9 @@ class BaseParams(BaseModel):
 
     # core
     model_path: str = param(REQUIRED, group="core", help="Local path or hub id of the base model.")
-    data_path: str | None = param(group="core", help="Training data file or directory (JSONL, JSON, Parquet, saved HF dataset); or use datasets.")
+    data_path: str | None = param(group="core",
+                                  help="Training data file or directory (JSONL, JSON, Parquet, saved HF dataset); or "
+                                       "use datasets.")
     ckpt_output_dir: str = param(REQUIRED, group="core", help="Run directory: checkpoints, metrics, logs, result.json.")
     data_format: DataFormat = param("auto", group="core", help="Data format; 'auto' detects it from the first row.")
     datasets: list[str | dict[str, Any]] | None = param(
@@ -54,25 +56,35 @@ class BaseParams(BaseModel):
         help="Several datasets to mix: PATH[:key=value,...] on the command line, or mappings "
              "{path, format, role_tag, content_tag, user_tag, assistant_tag, prob, ...} in YAML (see docs/data.md).")
     mix_strategy: Literal["concat", "interleave_under", "interleave_over"] = param(
-        "concat", group="data", help="How datasets are combined: concat, or interleave until the shortest/longest ends.")
-    mix_probabilities: list[float] | None = param(group="data", help="Sampling weights of the datasets for interleaving.")
+        "concat", group="data",
+        help="How datasets are combined: concat, or interleave until the shortest/longest ends.")
+    mix_probabilities: list[float] | None = param(group="data",
+                                                  help="Sampling weights of the datasets for interleaving.")
     num_epochs: int | None = param(group="core", help="Passes over the data.", ge=1)
-    max_steps: int | None = param(group="core", help="Stop after this many optimizer steps (overrides num_epochs where the backend supports it).", ge=1)
-    effective_batch_size: int | None = param(group="core", help="Samples per optimizer step across all processes (per-device batch x accumulation x world size).", ge=1)
+    max_steps: int | None = param(group="core",
+                                  help="Stop after this many optimizer steps (overrides num_epochs where the backend "
+                                       "supports it).", ge=1)
+    effective_batch_size: int | None = param(group="core",
+                                             help="Samples per optimizer step across all processes (per-device batch x "
+                                                  "accumulation x world size).", ge=1)
     learning_rate: float | None = param(group="core", help="Peak learning rate.", gt=0)
     max_seq_len: int | None = param(group="core", help="Maximum tokens per sample.", ge=1)
-    max_tokens_per_gpu: int | None = param(group="core", help="Token budget per GPU per micro-batch (dynamic batching).", ge=1)
+    max_tokens_per_gpu: int | None = param(group="core",
+                                           help="Token budget per GPU per micro-batch (dynamic batching).", ge=1)
     seed: int = param(42, group="core", help="Random seed for data order and initialisation.")
-    data_output_dir: str | None = param(group="core", help="Where prepared data goes (default: inside the run directory).")
+    data_output_dir: str | None = param(group="core",
+                                        help="Where prepared data goes (default: inside the run directory).")
     save_steps: int | None = param(group="core", help="Save a checkpoint every N steps.", ge=1)
     checkpoint_at_epoch: bool | None = param(group="core", help="Save a checkpoint at the end of every epoch.")
     save_final_checkpoint: bool = param(True, group="core", help="Save the model when training ends.")
     trust_remote_code: bool = param(False, group="core", help="Allow model code from the model repository.")
-    gradient_checkpointing: bool | None = param(group="core", help="Trade compute for memory by recomputing activations.")
+    gradient_checkpointing: bool | None = param(group="core",
+                                                help="Trade compute for memory by recomputing activations.")
 
     # optimizer
     lr_scheduler: str | None = param(group="optimizer", help="Learning-rate schedule (linear, cosine, constant, ...).")
-    lr_scheduler_kwargs: dict[str, Any] | None = param(group="optimizer", help="Extra scheduler arguments (JSON object).")
+    lr_scheduler_kwargs: dict[str, Any] | None = param(group="optimizer",
+                                                       help="Extra scheduler arguments (JSON object).")
     warmup_steps: int | None = param(group="optimizer", help="Linear warm-up steps.", ge=0)
     beta1: float | None = param(group="optimizer", help="AdamW beta1.", gt=0, lt=1)
     beta2: float | None = param(group="optimizer", help="AdamW beta2.", gt=0, lt=1)
@@ -81,7 +93,8 @@ class BaseParams(BaseModel):
     max_grad_norm: float | None = param(group="optimizer", help="Gradient clipping norm.", gt=0)
 
     # torchrun / distributed
-    nproc_per_node: int | Literal["auto", "gpu"] | None = param(group="distributed", help="Processes per node (int, 'auto' or 'gpu').")
+    nproc_per_node: int | Literal["auto", "gpu"] | None = param(group="distributed",
+                                                                help="Processes per node (int, 'auto' or 'gpu').")
     nnodes: int | None = param(group="distributed", help="Number of nodes.", ge=1)
     node_rank: int | None = param(group="distributed", help="Rank of this node.", ge=0)
     rdzv_id: str | None = param(group="distributed", help="Rendezvous id.")
@@ -92,7 +105,8 @@ class BaseParams(BaseModel):
     # logging
     logging_steps: int = param(1, group="logging", help="Write a metrics line every N steps.", ge=1)
     divergence_steps: int = param(3, group="logging", ge=0,
-                                   help="Stop the run as failed when the loss or gradient norm is NaN/inf for this many consecutive logged steps (0: never).")
+                                   help="Stop the run as failed when the loss or gradient norm is NaN/inf for this "
+                                        "many consecutive logged steps (0: never).")
     wandb_project: str | None = param(group="logging", help="Weights & Biases project.")
     wandb_entity: str | None = param(group="logging", help="Weights & Biases entity.")
     wandb_run_name: str | None = param(group="logging", help="Weights & Biases run name.")
@@ -105,6 +119,7 @@ class BaseParams(BaseModel):
     def _some_data(self) -> BaseParams:
         if not self.data_path and not self.datasets:
             raise ValueError("data_path or datasets is required")
-        if self.mix_probabilities and self.datasets and len(self.mix_probabilities) != len(self.datasets) + bool(self.data_path):
+        sources = len(self.datasets or ()) + bool(self.data_path)
+        if self.mix_probabilities and self.datasets and len(self.mix_probabilities) != sources:
             raise ValueError("mix_probabilities needs one weight per dataset (data_path counts as the first)")
         return self

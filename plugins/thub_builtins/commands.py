@@ -26,7 +26,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 "Check this environment for everything known to break training, with the fix for each."),
     CommandSpec("env", "thub.cli.doctor:env", "Print a copy-paste report of this environment for bug reports."),
     CommandSpec("data", "thub.cli.data:data", "Validate, preview, measure and prepare training data."),
-    CommandSpec("runs", "thub.cli.runs:runs", "Inspect, follow and cancel runs (local or SLURM) by their run directory."),
+    CommandSpec("runs", "thub.cli.runs:runs",
+                "Inspect, follow and cancel runs (local or SLURM) by their run directory."),
     CommandSpec("estimate", "thub.cli.estimate:estimate",
                 "Memory per GPU before a run: thub estimate ALGORITHM --model-path PATH [--gpus N] "
                 "[--PARAM VALUE ...]."),

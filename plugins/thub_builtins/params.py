@@ -27,15 +27,18 @@ class _SupervisedParams(BaseParams):
 
     unmask_messages: bool = param(False, group="core", help="Train on every token, not only assistant turns.")
     overlong: Literal["truncate", "drop", "error"] = param(
-        "truncate", group="data", help="Samples longer than max_seq_len: truncate, drop or error (always counted and reported).")
+        "truncate", group="data",
+        help="Samples longer than max_seq_len: truncate, drop or error (always counted and reported).")
     packing: bool | None = param(group="core", help="Pack several samples into one sequence.")
     use_liger: bool | None = param(group="core", help="Use Liger kernels.")
     validation_split: float | None = param(group="core", help="Fraction of data held out for validation.", ge=0, lt=1)
-    validation_frequency: int | None = param(group="core", help="Validate every N steps (needed when validation_split > 0).", ge=1)
+    validation_frequency: int | None = param(group="core",
+                                             help="Validate every N steps (needed when validation_split > 0).", ge=1)
 
     # continued pretraining
     is_pretraining: bool = param(False, group="pretraining", help="Continued pretraining on documents instead of chat.")
-    block_size: int | None = param(group="pretraining", help="Tokens per pretraining block (required with is_pretraining).", ge=1)
+    block_size: int | None = param(group="pretraining",
+                                   help="Tokens per pretraining block (required with is_pretraining).", ge=1)
     document_column_name: str = param("document", group="pretraining", help="Column holding the document text.")
 
     @model_validator(mode="after")
@@ -55,14 +58,17 @@ class SFTParams(_SupervisedParams):
     """Full fine-tuning (SFT), with continued pretraining through is_pretraining."""
 
     save_samples: int | None = param(group="core", help="Save a checkpoint every N samples (0 disables).", ge=0)
-    accelerate_full_state_at_epoch: bool | None = param(group="core", help="Save full optimizer state at each epoch (for resuming).")
+    accelerate_full_state_at_epoch: bool | None = param(group="core",
+                                                        help="Save full optimizer state at each epoch (for resuming).")
 
 
 class OSFTParams(SFTParams):
     """Orthogonal-subspace fine-tuning: learn new tasks while preserving old ones."""
 
-    unfreeze_rank_ratio: float = param(REQUIRED, group="osft", help="Fraction of each matrix's singular subspace to train, in (0, 1].", gt=0, le=1)
-    target_patterns: list[str] | None = param(group="osft", help="Module-name patterns to apply OSFT to (default: per-model map).")
+    unfreeze_rank_ratio: float = param(REQUIRED, group="osft", gt=0, le=1,
+                                       help="Fraction of each matrix's singular subspace to train, in (0, 1].")
+    target_patterns: list[str] | None = param(group="osft",
+                                              help="Module-name patterns to apply OSFT to (default: per-model map).")
 
 
 class LoRAMixin(BaseModel):
@@ -71,9 +77,12 @@ class LoRAMixin(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
     lora_r: int = param(16, group="lora", help="LoRA rank.", ge=1)
-    lora_alpha: int = param(32, group="lora", help="LoRA scaling alpha (32 on every backend; none substitutes its own default).", ge=1)
+    lora_alpha: int = param(32, group="lora",
+                            help="LoRA scaling alpha (32 on every backend; none substitutes its own default).", ge=1)
     lora_dropout: float = param(0.0, group="lora", help="Dropout on LoRA layers.", ge=0, lt=1)
-    target_modules: list[str] | None = param(group="lora", help="Modules to adapt (default: the backend's choice, usually all linear layers).")
+    target_modules: list[str] | None = param(group="lora",
+                                             help="Modules to adapt (default: the backend's choice, usually all linear "
+                                                  "layers).")
     use_rslora: bool = param(False, group="lora", help="Rank-stabilised LoRA scaling.")
     use_dora: bool = param(False, group="lora", help="Weight-decomposed LoRA (DoRA).")
     load_in_4bit: bool = param(False, group="lora", help="QLoRA: load the base model in 4 bits.")
@@ -92,7 +101,9 @@ class LoRAMixin(BaseModel):
 class LoRASFTParams(LoRAMixin, _SupervisedParams):
     """Supervised fine-tuning of LoRA/QLoRA adapters."""
 
-    save_merged: bool = param(False, group="lora", help="Also export the base model with the adapter merged in, in 16 bits, next to the adapter (ckpt_output_dir/merged).")
+    save_merged: bool = param(False, group="lora",
+                              help="Also export the base model with the adapter merged in, in 16 bits, next to the "
+                                   "adapter (ckpt_output_dir/merged).")
 
     @model_validator(mode="after")
     def _merged_needs_final(self) -> LoRASFTParams:
@@ -104,9 +115,13 @@ class LoRASFTParams(LoRAMixin, _SupervisedParams):
 class GRPOParams(BaseParams):
     """Group Relative Policy Optimisation with verifiable rewards."""
 
-    data_path: str | None = param(group="core", help="Prompts with ground truth: rows {question|prompt|messages, ground_truth|answer}.")
-    reward: list[str] = param(["math"], group="grpo", help="Reward functions: registered names (thub backends --rewards) or module:function.")
-    group_size: int = param(8, group="grpo", help="Completions sampled per prompt. The GRPO group, the same on every backend.", ge=2)
+    data_path: str | None = param(group="core",
+                                  help="Prompts with ground truth: rows {question|prompt|messages, "
+                                       "ground_truth|answer}.")
+    reward: list[str] = param(["math"], group="grpo",
+                              help="Reward functions: registered names (thub backends --rewards) or module:function.")
+    group_size: int = param(8, group="grpo",
+                            help="Completions sampled per prompt. The GRPO group, the same on every backend.", ge=2)
     prompt_batch_size: int | None = param(group="grpo", help="Prompts per optimizer step.", ge=1)
     num_iterations: int | None = param(
         group="grpo",
@@ -115,11 +130,17 @@ class GRPOParams(BaseParams):
              "Not honoured by trl, whose num_iterations means updates per batch: use max_steps there.", ge=1)
     max_tokens: int = param(512, group="grpo", help="Maximum completion tokens.", ge=1)
     max_prompt_length: int | None = param(group="grpo", help="Maximum prompt tokens.", ge=1)
-    temperature: float = param(0.7, group="grpo", help="Sampling temperature of the rollouts (passed to every backend's generator).", ge=0)
+    temperature: float = param(0.7, group="grpo",
+                               help="Sampling temperature of the rollouts (passed to every backend's generator).", ge=0)
     beta: float | None = param(group="grpo", help="KL penalty coefficient (0 disables the reference model).", ge=0)
     system_prompt: str | None = param(group="grpo", help="System prompt prepended to every question.")
-    gpu_memory_utilization: float | None = param(group="grpo", help="Fraction of GPU memory for the vLLM rollout engine (vLLM's own setting, passed to the engine on every backend that has one).", gt=0, le=1)
-    enforce_eager: bool | None = param(group="grpo", help="Run the vLLM rollout engine eagerly, without CUDA graphs (less memory, slower).")
+    gpu_memory_utilization: float | None = param(group="grpo",
+                                                 help="Fraction of GPU memory for the vLLM rollout engine (vLLM's own "
+                                                      "setting, passed to the engine on every backend that has one).",
+                                                 gt=0, le=1)
+    enforce_eager: bool | None = param(group="grpo",
+                                       help="Run the vLLM rollout engine eagerly, without CUDA graphs (less memory, "
+                                            "slower).")
     rollout_function: str | None = param(
         group="grpo",
         help="Custom rollouts: module:function, an async f(model, task) -> art.Trajectory that scores its own "
@@ -127,15 +148,25 @@ class GRPOParams(BaseParams):
     tensor_parallel_size: int | None = param(group="grpo", help="Tensor parallelism of the rollout engine.", ge=1)
     concurrency: int | None = param(group="grpo", help="Concurrent rollouts.", ge=1)
     micro_batch_size: int | None = param(group="grpo-scale", help="Per-GPU micro-batch of policy updates.", ge=1)
-    ppo_mini_batch_size: int | None = param(group="grpo-scale", help="Prompts per policy-update mini-batch (default: derived from prompt_batch_size).", ge=1)
-    load_format: Literal["dummy", "safetensors", "auto"] | None = param(group="grpo-scale", help="How the rollout engine loads initial weights before the first sync.")
-    layered_summon: bool | None = param(group="grpo-scale", help="Gather sharded LoRA weights layer by layer for the rollout engine (large models).")
-    language_model_only: bool | None = param(group="grpo-scale", help="Load only the language model of a multimodal checkpoint into the rollout engine.")
-    update_weights_bucket_megabytes: int | None = param(group="grpo-scale", help="Bucket size of the trainer-to-rollout weight sync, in MB.", ge=1)
+    ppo_mini_batch_size: int | None = param(group="grpo-scale",
+                                            help="Prompts per policy-update mini-batch (default: derived from "
+                                                 "prompt_batch_size).", ge=1)
+    load_format: Literal["dummy", "safetensors", "auto"] | None = param(group="grpo-scale",
+                                                                        help="How the rollout engine loads initial "
+                                                                             "weights before the first sync.")
+    layered_summon: bool | None = param(group="grpo-scale",
+                                        help="Gather sharded LoRA weights layer by layer for the rollout engine (large "
+                                             "models).")
+    language_model_only: bool | None = param(group="grpo-scale",
+                                             help="Load only the language model of a multimodal checkpoint into the "
+                                                  "rollout engine.")
+    update_weights_bucket_megabytes: int | None = param(
+        group="grpo-scale", help="Bucket size of the trainer-to-rollout weight sync, in MB.", ge=1)
     param_offload: bool | None = param(group="grpo-scale", help="Offload sharded parameters to CPU.")
     optimizer_offload: bool | None = param(group="grpo-scale", help="Offload optimizer states to CPU.")
     saves_per_epoch: int | None = param(group="grpo-scale", help="Checkpoints per pass over the prompts.", ge=1)
-    use_dr_grpo: bool | None = param(group="grpo", help="Dr. GRPO: no std normalisation of advantages, sequence-sum loss.")
+    use_dr_grpo: bool | None = param(group="grpo",
+                                     help="Dr. GRPO: no std normalisation of advantages, sequence-sum loss.")
     use_fused_kernels: bool | None = param(group="grpo-scale", help="Fused logits/entropy kernels in the policy model.")
 
     @model_validator(mode="after")
@@ -154,7 +185,9 @@ class GRPOParams(BaseParams):
 class LoRAGRPOParams(LoRAMixin, GRPOParams):
     """GRPO training LoRA adapters."""
 
-    max_lora_rank: int | None = param(group="lora", help="Largest LoRA rank the vLLM rollout engine accepts (default: the smallest vLLM rank that holds lora_r).", ge=1)
+    max_lora_rank: int | None = param(group="lora",
+                                      help="Largest LoRA rank the vLLM rollout engine accepts (default: the smallest "
+                                           "vLLM rank that holds lora_r).", ge=1)
 
     @model_validator(mode="after")
     def _rank_fits(self) -> LoRAGRPOParams:

@@ -37,7 +37,9 @@ class TestAxolotlContract(BackendContract):
     }
     # contract kit (issue 14.6): honoured parameters this translation did not read on the samples when
     # the kit began checking; narrow with read_samples (conditional reads) or keep the runner's reads
-    read_elsewhere = frozenset({"block_size", "datasets", "document_column_name", "mix_probabilities", "mix_strategy", "mlflow_experiment_name", "mlflow_run_name", "validation_frequency", "wandb_entity", "wandb_run_name"})
+    read_elsewhere = frozenset({"block_size", "datasets", "document_column_name", "mix_probabilities", "mix_strategy",
+                                "mlflow_experiment_name", "mlflow_run_name", "validation_frequency", "wandb_entity",
+                                "wandb_run_name"})
     checks = frozenset()
 
 
@@ -50,7 +52,8 @@ def _plan(algorithm: str, **params: Any) -> dict[str, Any]:
 def test_sft_config() -> None:
     plan = _plan("sft", max_steps=5, save_steps=2, warmup_steps=1, beta1=0.8, unmask_messages=True)
     config = plan["config"]
-    assert (config["base_model"], config["output_dir"], config["chat_template"]) == ("m", "out/checkpoints", "tokenizer_default")
+    assert (config["base_model"], config["output_dir"], config["chat_template"]) == ("m", "out/checkpoints",
+                                                                                     "tokenizer_default")
     assert (config["max_steps"], config["save_strategy"], config["save_steps"]) == (5, "steps", 2)
     assert (config["warmup_steps"], config["adam_beta1"]) == (1, 0.8)
     # unset: axolotl's own scheduler (its schema's cosine; test_axolotl_validates_the_translation checks it)
@@ -73,7 +76,8 @@ def test_lora_pretraining_and_liger() -> None:
         "lora", 4, ["q_proj"], True)
     assert _plan("lora_sft")["config"]["lora_target_linear"] is True
     pre = _plan("sft", is_pretraining=True, block_size=64)["config"]
-    assert pre["datasets"][0] == {"path": "out/axolotl/train.jsonl", "ds_type": "json", "type": "completion", "field": "text"}
+    assert pre["datasets"][0] == {"path": "out/axolotl/train.jsonl", "ds_type": "json", "type": "completion",
+                                  "field": "text"}
     assert pre["sequence_len"] == 64
     liger = _plan("sft", use_liger=True)["config"]
     assert "axolotl.integrations.liger.LigerPlugin" in liger["plugins"] and liger["liger_rms_norm"] is True
@@ -121,7 +125,8 @@ def _axolotl_checks(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             pytest.fail(f"{AXOLOTL} missing: .ci/run unpacks the axolotl wheel there")
         pytest.skip(f"{AXOLOTL} missing (pip install --no-deps --target {AXOLOTL} axolotl==0.19.0 addict colorama)")
     done = subprocess.run([sys.executable, str(CHECKS), str(AXOLOTL)], input=json.dumps(configs), capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "AXOLOTL_DO_NOT_TRACK": "1"})
+                          text=True, timeout=600,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "AXOLOTL_DO_NOT_TRACK": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.strip().splitlines()[-len(configs):]]
 
@@ -145,7 +150,8 @@ def test_axolotl_validates_the_translation(tiny_model: Path) -> None:
     assert sft["dataset"]["type"] == "chat_template" and sft["dataset"]["roles_to_train"] == ["assistant"]
     assert sft["dataset"]["message_property_mappings"] == {"role": "role", "content": "content"}
     assert "error" not in lora, lora
-    assert (lora["adapter"], lora["lora_r"], lora["lora_alpha"], lora["lora_target_modules"], lora["peft_use_rslora"]) == (
+    assert (lora["adapter"], lora["lora_r"], lora["lora_alpha"], lora["lora_target_modules"],
+            lora["peft_use_rslora"]) == (
         "lora", 4, 8, ["q_proj", "v_proj"], True)
     assert (lora["micro_batch_size"], lora["gradient_accumulation_steps"]) == (2, 1)
     assert "error" not in pre, pre

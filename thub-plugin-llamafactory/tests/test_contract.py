@@ -33,7 +33,8 @@ class TestLlamaFactoryContract(BackendContract):
     }
     # contract kit (issue 14.6): honoured parameters this translation did not read on the samples when
     # the kit began checking; narrow with read_samples (conditional reads) or keep the runner's reads
-    read_elsewhere = frozenset({"block_size", "datasets", "document_column_name", "mix_probabilities", "mix_strategy", "mlflow_experiment_name", "validation_frequency", "wandb_entity"})
+    read_elsewhere = frozenset({"block_size", "datasets", "document_column_name", "mix_probabilities", "mix_strategy",
+                                "mlflow_experiment_name", "validation_frequency", "wandb_entity"})
     checks = frozenset()
 
 
@@ -47,7 +48,8 @@ def test_sft_arguments() -> None:
     plan = _plan("sft", max_steps=5, save_steps=2, warmup_steps=1, weight_decay=0.1, beta1=0.8)
     args = plan["args"]
     assert (args["stage"], args["finetuning_type"], args["do_train"]) == ("sft", "full", True)
-    assert (args["dataset"], args["dataset_dir"], args["output_dir"]) == ("thub_train", "out/llamafactory", "out/checkpoints")
+    assert (args["dataset"], args["dataset_dir"], args["output_dir"]) == ("thub_train", "out/llamafactory",
+                                                                          "out/checkpoints")
     assert (args["max_steps"], args["save_strategy"], args["save_steps"]) == (5, "steps", 2)
     assert (args["warmup_steps"], args["weight_decay"], args["adam_beta1"]) == (1, 0.1, 0.8)
     assert args["cutoff_len"] == 1024 and args["train_on_prompt"] is False

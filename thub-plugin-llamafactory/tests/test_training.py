@@ -80,7 +80,8 @@ def _plan(algorithm: str, tiny_model: Path, out: Path, **params: Any) -> dict[st
 
 def test_llamafactory_parses_the_translation(lf_env: dict, tiny_model: Path, tmp_path: Path) -> None:
     configs = []
-    plans = [_plan(algorithm, tiny_model, tmp_path / f"run{i}", **params) for i, (algorithm, params, _) in enumerate(CASES)]
+    plans = [_plan(algorithm, tiny_model, tmp_path / f"run{i}", **params)
+             for i, (algorithm, params, _) in enumerate(CASES)]
     bad = json.loads(json.dumps(plans[0]))
     bad["args"]["max_seq_len"] = 128  # the parse is real: a key LLaMA-Factory does not have fails there
     for i, plan in enumerate([*plans, bad]):

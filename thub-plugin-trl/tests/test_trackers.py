@@ -73,7 +73,8 @@ def test_tensorboard_mlflow_and_wandb_get_the_loss_of_every_step(tiny_model: Pat
     # artifacts beside the sqlite store, never in ./mlruns of the directory the run started from
     assert run.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri()), run.info.artifact_uri
     assert run.data.params["thub.learning_rate"] == "0.005" and run.data.params["thub.backend"] == "trl"
-    artifact = Path(MlflowClient(tracking_uri=store).download_artifacts(run_id, "thub/run_metadata.json", str(tmp_path)))
+    artifact = Path(MlflowClient(tracking_uri=store).download_artifacts(run_id, "thub/run_metadata.json",
+                                                                        str(tmp_path)))
     assert json.loads(artifact.read_text())["parameters"]["max_steps"] == {"value": 4, "source": "flag --max-steps"}
 
     # W&B offline: the run directory inside the thub run, history per training step, config.thub

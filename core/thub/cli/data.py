@@ -299,7 +299,8 @@ def prepare(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
     sources = _sources(paths, datasets, data_format)
     start = time.perf_counter()
     result = run_prepare(sources, model, output, max_seq_len=max_seq_len, overlong=overlong,
-                         strategy=strategy or "concat", probabilities=_probabilities(probabilities), seed=seed, unmask=unmask,
+                         strategy=strategy or "concat", probabilities=_probabilities(probabilities), seed=seed,
+                         unmask=unmask,
                          num_proc=num_proc, use_cache=not no_cache)
     seconds = time.perf_counter() - start
     if as_json:

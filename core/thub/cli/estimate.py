@@ -139,10 +139,13 @@ def _make_command(algorithm: str) -> click.Command:
                           "(everything sharded). auto: the backend's memory policy, else fsdp on several GPUs, "
                           "ddp for LoRA or one GPU."),
         click.Option(["--precision"], type=click.Choice(PRECISIONS), default="auto", show_default=True,
-                     help="bf16-mixed: fp32 weights/grads/Adam, bf16 compute; bf16: everything bf16; fp32: no autocast; "
+                     help="bf16-mixed: fp32 weights/grads/Adam, bf16 compute; bf16: everything bf16; fp32: no "
+                          "autocast; "
                           "auto: what the backend's memory policy says, else bf16-mixed."),
-        click.Option(["--backend", "-b"], help="Take this backend's defaults (default: the one thub train would pick)."),
-        click.Option(["--config", "-c"], type=click.Path(dir_okay=False), help="YAML file of parameters (as for thub train)."),
+        click.Option(["--backend", "-b"],
+                     help="Take this backend's defaults (default: the one thub train would pick)."),
+        click.Option(["--config", "-c"], type=click.Path(dir_okay=False),
+                     help="YAML file of parameters (as for thub train)."),
         click.Option(["--set", "overrides"], multiple=True, metavar="KEY=VALUE", help="Override any parameter."),
         click.Option(["--json", "as_json"], is_flag=True, help="Print the estimate as JSON on stdout."),
         *(option_for(info) for info in infos.values()),

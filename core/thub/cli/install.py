@@ -37,18 +37,24 @@ def _conflict_text(conflicts: list[Any]) -> str:
 @click.option("--into", type=click.Choice(["auto", "current", "managed"]), default="auto", show_default=True,
               help="current: this environment (refused on conflicts); managed: an environment of its own; "
                    "auto: current unless that would conflict.")
-@click.option("--env", "env_name", metavar="NAME", help="Managed environment name (default: one per backend, named after it).")
-@click.option("--extra", "extras", multiple=True, metavar="EXTRA", help="Extra of the plugin distribution to add (repeatable).")
+@click.option("--env", "env_name", metavar="NAME",
+              help="Managed environment name (default: one per backend, named after it).")
+@click.option("--extra", "extras", multiple=True, metavar="EXTRA",
+              help="Extra of the plugin distribution to add (repeatable).")
 @click.option("--gpu", is_flag=True, help="Add the plugin's GPU-only extras (CUDA builds, flash-attn, ...).")
-@click.option("--torch", "torch_spec", metavar="SPEC", help="torch for a managed environment (default: $THUB_TORCH, else the torch beside thub).")
+@click.option("--torch", "torch_spec", metavar="SPEC",
+              help="torch for a managed environment (default: $THUB_TORCH, else the torch beside thub).")
 @click.option("--installer", type=click.Choice(["auto", "pip", "uv"]), default="auto", show_default=True,
               help="auto: uv when on PATH, else pip (torch always goes in with pip).")
-@click.option("--editable/--no-editable", default=None, help="Install local plugin folders editable (default: when thub itself is).")
+@click.option("--editable/--no-editable", default=None,
+              help="Install local plugin folders editable (default: when thub itself is).")
 @click.option("--force", is_flag=True, help="Recreate an existing managed environment.")
-@click.option("--resolve", is_flag=True, help="With --dry-run: also ask pip's resolver what would be installed (--report).")
+@click.option("--resolve", is_flag=True,
+              help="With --dry-run: also ask pip's resolver what would be installed (--report).")
 @dry_run_option
 @json_option
-def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env_name: str | None, extras: tuple[str, ...], gpu: bool,
+def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env_name: str | None,
+            extras: tuple[str, ...], gpu: bool,
             torch_spec: str | None, installer: str, editable: bool | None, force: bool, resolve: bool,
             dry_run: bool, as_json: bool) -> None:
     """\b
@@ -82,7 +88,8 @@ def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env
                 out.print(f"{s.distribution} {installed_version(s.distribution)} is already installed in the current "
                           f"environment ({sys.executable}); use --into managed for an environment of its own.")
             if as_json:
-                emit_json({"schema_version": JSON_SCHEMA_VERSION, "installed": [], "already": [s.distribution for s in already]})
+                emit_json({"schema_version": JSON_SCHEMA_VERSION, "installed": [],
+                           "already": [s.distribution for s in already]})
             return
         plan = plan_current(sources, installer=installer, torch=torch_spec, editable=bool(editable))
         try:
@@ -93,7 +100,8 @@ def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env
             raise UsageError("refusing to install into the current environment: it would break installed "
                              f"plugins' requirements:\n{_conflict_text(conflicts)}\n"
                              "install it into an environment of its own instead: "
-                             f"thub install {' '.join([*backends, *(f'--package {p!r}' for p in packages)])} --into managed")
+                             f"thub install {' '.join([*backends, *(f'--package {p!r}' for p in packages)])} --into "
+                             "managed")
         if conflicts:
             out.print("[yellow]The current environment would conflict[/yellow]; using a managed environment:\n"
                       + _conflict_text(conflicts), markup=True)
@@ -134,7 +142,8 @@ def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env
 
     results = []
     for plan in plans:
-        where = f"managed environment {plan.env_name!r} ({plan.env_path})" if plan.env_path else f"the current environment ({plan.python})"
+        where = (f"managed environment {plan.env_name!r} ({plan.env_path})" if plan.env_path
+                 else f"the current environment ({plan.python})")
         out.print(f"Installing {', '.join(s.argument() for s in plan.sources)} into {where}")
         result = execute(plan, echo=None if as_json else (lambda line: out.print(line, markup=False, style="dim")))
         manifest = result.get("manifest")
@@ -142,8 +151,10 @@ def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env
         out.print(f"[green]✓[/green] installed in {result['seconds']} s"
                   + (f"; backends: {', '.join(names)}" if names else "")
                   + ("" if result["pip_check"] == "ok" else f"; pip check: {result['pip_check']}"))
-        results.append({"target": plan.target, "environment": plan.env_name, "path": str(plan.env_path) if plan.env_path else None,
-                         "python": plan.python, "backends": names, **{k: v for k, v in result.items() if k != "manifest"}})
+        results.append({"target": plan.target, "environment": plan.env_name,
+                        "path": str(plan.env_path) if plan.env_path else None,
+                         "python": plan.python, "backends": names,
+                        **{k: v for k, v in result.items() if k != "manifest"}})
     if as_json:
         emit_json({"schema_version": JSON_SCHEMA_VERSION, "installed": results})
 
@@ -253,7 +264,8 @@ def env_summary(manifest: Any) -> dict[str, Any]:
         "python_exists": Path(manifest.python).exists(),
         "backends": [b["name"] for b in manifest.backends],
         "plugins": {p["distribution"]: p["version"] for p in manifest.data.get("plugins", [])},
-        "libraries": {b["library"]["name"]: b["library"]["version"] for b in manifest.backends if b.get("library", {}).get("name")},
+        "libraries": {b["library"]["name"]: b["library"]["version"] for b in manifest.backends
+                      if b.get("library", {}).get("name")},
         "torch": manifest.data.get("torch"),
         "installer": manifest.data.get("installer"),
         "lock": str(manifest.lock_path) if manifest.lock_path else None,
@@ -273,7 +285,8 @@ def _manifest_or_fail(name: str) -> Any:
         from thub.errors import did_you_mean
 
         names = [m.name for m in list_manifests()]
-        raise UsageError(f"no managed environment {name!r}{did_you_mean(name, names)}; have: {', '.join(names) or 'none'}")
+        raise UsageError(f"no managed environment {name!r}{did_you_mean(name, names)}; have: "
+                         f"{', '.join(names) or 'none'}")
     return manifest
 
 
@@ -326,7 +339,8 @@ def envs_show(name: str, as_json: bool) -> None:
     for backend in manifest.backends:
         installed = backend.get("installed") or {}
         reqs = [f"{r} (installed {installed.get(Requirement(r).name) or '?'})" for r in backend.get("requirements", [])]
-        click.echo(f"backend {backend['name']}: {', '.join(sorted(backend['algorithms']))}; requires {', '.join(reqs) or '-'}")
+        click.echo(f"backend {backend['name']}: {', '.join(sorted(backend['algorithms']))}; requires "
+                   f"{', '.join(reqs) or '-'}")
 
 
 @envs.command("remove")

@@ -74,7 +74,8 @@ def plugins(as_json: bool) -> None:
     table("Plugins", ["plugin", "distribution", "registered"], rows)
     for plugin in data["managed"]:
         stdout_console().print(f"{plugin['name']}: {plugin['distribution']} {plugin['version']} in managed environment "
-                        f"{plugin['environment']!r} ({plugin['python']}); backends: {', '.join(plugin['backends']) or '-'}",
+                        f"{plugin['environment']!r} ({plugin['python']}); backends: "
+                        f"{', '.join(plugin['backends']) or '-'}",
                         markup=False)
     for note in data["shadowed"]:
         console().print(f"[yellow]note:[/yellow] {note}")

@@ -26,7 +26,8 @@ def _fmt(value: float | None) -> str:
               help="x-axis: optimizer step, tokens seen, or seconds since the first line.")
 @click.option("--ema", "ema_alpha", type=float, default=None, metavar="A",
               help="Also draw an exponential moving average with smoothing factor A in (0, 1], e.g. 0.1.")
-@click.option("--label", "labels", multiple=True, help="Legend label, once per run in order (default: from thub_run.json).")
+@click.option("--label", "labels", multiple=True,
+              help="Legend label, once per run in order (default: from thub_run.json).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write the plot to this .png, .svg or .pdf (needs matplotlib).")
 @click.option("--title", default=None, help="Plot title.")

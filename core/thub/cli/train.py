@@ -72,24 +72,34 @@ def _make_command(algorithm: str) -> click.Command:
         sys.exit(0 if result["status"] == "succeeded" else 130 if result["status"] == "interrupted" else 1)
 
     params: list[click.Parameter] = [
-        click.Option(["--backend", "-b"], help="Backend to run on (default: the best installed one that can run here)."),
+        click.Option(["--backend", "-b"],
+                     help="Backend to run on (default: the best installed one that can run here)."),
         click.Option(["--config", "-c"], type=click.Path(dir_okay=False), help="YAML file of parameters."),
-        click.Option(["--set", "overrides"], multiple=True, metavar="KEY=VALUE", help="Override any parameter (highest precedence)."),
-        click.Option(["--dry-run"], is_flag=True, help="Show every value with its source and the backend-native config; run nothing."),
+        click.Option(["--set", "overrides"], multiple=True, metavar="KEY=VALUE",
+                     help="Override any parameter (highest precedence)."),
+        click.Option(["--dry-run"], is_flag=True,
+                     help="Show every value with its source and the backend-native config; run nothing."),
         click.Option(["--json", "as_json"], is_flag=True, help="Print the plan (dry run) or result.json on stdout."),
-        click.Option(["--allow-ignored"], is_flag=True, help="Warn instead of failing on parameters the backend does not honour."),
+        click.Option(["--allow-ignored"], is_flag=True,
+                     help="Warn instead of failing on parameters the backend does not honour."),
         click.Option(["--overwrite"], is_flag=True, help="Reuse a run directory that holds a finished run."),
         click.Option(["--force-launch"], is_flag=True,
                      help="Launch even when preflight checks fail (to see the library's own error)."),
-        click.Option(["--resume"], is_flag=True, help="Continue the run in ckpt_output_dir from its latest checkpoint."),
+        click.Option(["--resume"], is_flag=True,
+                     help="Continue the run in ckpt_output_dir from its latest checkpoint."),
         click.Option(["--launcher"], type=click.Choice(["local", "slurm"]), default=None,
                      help="local (this machine; PET_* makes it one node's worker) or slurm (sbatch). [default: local]"),
-        click.Option(["--cluster"], help="Cluster profile for --launcher slurm (see `thub clusters`). [default: local]"),
+        click.Option(["--cluster"],
+                     help="Cluster profile for --launcher slurm (see `thub clusters`). [default: local]"),
         click.Option(["--cluster-file"], type=click.Path(dir_okay=False), help="Extra YAML file of cluster profiles."),
-        click.Option(["--nodes"], type=click.IntRange(min=1), help="Nodes (sets nnodes; effective_batch_size stays fixed)."),
-        click.Option(["--gpus-per-node"], type=click.IntRange(min=1), help="GPUs (processes) per node (sets nproc_per_node)."),
-        click.Option(["--time", "time_limit"], metavar="D-HH:MM:SS", help="Wall time of each SLURM job (default: the profile's)."),
-        click.Option(["--max-restarts"], type=click.IntRange(min=0), help="Chain K more jobs (afterany) that resume from the latest checkpoint."),
+        click.Option(["--nodes"], type=click.IntRange(min=1),
+                     help="Nodes (sets nnodes; effective_batch_size stays fixed)."),
+        click.Option(["--gpus-per-node"], type=click.IntRange(min=1),
+                     help="GPUs (processes) per node (sets nproc_per_node)."),
+        click.Option(["--time", "time_limit"], metavar="D-HH:MM:SS",
+                     help="Wall time of each SLURM job (default: the profile's)."),
+        click.Option(["--max-restarts"], type=click.IntRange(min=0),
+                     help="Chain K more jobs (afterany) that resume from the latest checkpoint."),
         *(option_for(info, name in honoured) for name, info in infos.items()),
     ]
     return click.Command(
@@ -116,7 +126,8 @@ class AlgorithmGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(get_registry().algorithms)
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                            list[str]]:
         # An unknown algorithm gets a did-you-mean (`sfft`, `lora-sft`) rather than click's
         # bare "No such command" (exit 2 either way).
         if args and not args[0].startswith("-") and not ctx.resilient_parsing \

@@ -370,10 +370,12 @@ RULES: dict[str, Rule] = {
     "dataset_type": Rule("mapped", "chat_template: data_format messages; alpaca: data_format alpaca", "data_format",
                          _dataset_type),
     "field_messages": Rule("fixed", "the list key 'messages' is accepted; another key: a dataset mapping "
-                                    "{path, messages: KEY} (docs/data.md)", convert=_default_only("messages", "messages")),
+                                    "{path, messages: KEY} (docs/data.md)",
+                           convert=_default_only("messages", "messages")),
     "field_instruction": Rule("fixed", "'instruction' is accepted; rename other keys",
                               convert=_default_only("instruction", "alpaca instructions")),
-    "field_input": Rule("fixed", "'input' is accepted; rename other keys", convert=_default_only("input", "alpaca inputs")),
+    "field_input": Rule("fixed", "'input' is accepted; rename other keys",
+                        convert=_default_only("input", "alpaca inputs")),
     "field_output": Rule("fixed", "'output' is accepted; rename other keys",
                          convert=_default_only("output", "alpaca outputs")),
     "enable_model_splitting": fixed((False,), "thub does not split one model over GPUs (device_map); use "

@@ -42,7 +42,8 @@ def has_own_masks(runner: str, python: str | None) -> bool:
     return subprocess.run([python, "-c", probe], capture_output=True, timeout=120).returncode == 0
 
 
-def backend_masks(backend: str, model: str, rows: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any] | None]:
+def backend_masks(backend: str, model: str, rows: list[dict[str, Any]],
+                  params: dict[str, Any]) -> list[dict[str, Any] | None]:
     """``[{"input_ids", "labels"}, ...]`` for ``rows`` from ``backend``'s own preprocessing.
 
     Raises :class:`UsageError` when the backend is unknown or exposes no preprocessing.
@@ -150,5 +151,6 @@ def backend_preview(report: list[dict[str, Any]], rows: list[dict[str, Any]], ba
                       markup=False)
     same = sum(1 for e in report if e.get("comparison", {}).get("equal"))
     compared = sum(1 for e in report if "comparison" in e)
-    out.print(f"{same} of {compared} examples train the same text under thub and {backend}  (legend: [[trained]] masked)",
+    out.print(f"{same} of {compared} examples train the same text under thub and {backend}  (legend: [[trained]] "
+              "masked)",
               markup=False)

@@ -28,7 +28,8 @@ from thub.errors import UsageError
 STRATEGIES = ("concat", "interleave_under", "interleave_over")
 
 
-def _weights(loaded: Sequence[LoadedSource], strategy: str, probabilities: Sequence[float] | None) -> list[float] | None:
+def _weights(loaded: Sequence[LoadedSource], strategy: str,
+             probabilities: Sequence[float] | None) -> list[float] | None:
     if probabilities is None and any(item.source.probability is not None for item in loaded):
         probabilities = [item.source.probability if item.source.probability is not None else 0.0 for item in loaded]
     if probabilities is None:
@@ -39,7 +40,8 @@ def _weights(loaded: Sequence[LoadedSource], strategy: str, probabilities: Seque
     if len(probabilities) != len(loaded):
         raise UsageError(f"probabilities: expected {len(loaded)} values (one per dataset), found {len(probabilities)}")
     if any(p < 0 for p in probabilities) or sum(probabilities) <= 0:
-        raise UsageError(f"probabilities: expected non-negative values with a positive sum, found {list(probabilities)}")
+        raise UsageError("probabilities: expected non-negative values with a positive sum, "
+                         f"found {list(probabilities)}")
     total = float(sum(probabilities))
     return [p / total for p in probabilities]
 

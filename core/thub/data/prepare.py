@@ -102,7 +102,8 @@ def _sidecar(output: Path) -> Path:
 
 
 def _tokenize(rows: Sequence[dict[str, Any]], kind: str, tokenizer: Any, settings: dict[str, Any],
-              locations: Sequence[str], template: Any, sink: Any = None) -> tuple[list[dict[str, list[int]]], TokenizeStats]:
+              locations: Sequence[str], template: Any, sink: Any = None) -> tuple[list[dict[str, list[int]]],
+                                                                                  TokenizeStats]:
     # overlong="error" runs as "drop" per chunk so the final error counts every offender.
     overlong = "drop" if settings["overlong"] == "error" else settings["overlong"]
     if kind == "chat":
@@ -207,7 +208,8 @@ def prepare(sources: Sequence[DatasetSource], tokenizer: Any, output: str | os.P
         try:
             meta = json.loads(sidecar.read_text())
             if meta.get("key") == key:
-                cached = TokenizeStats(**{k: v for k, v in meta["stats"].items() if k in TokenizeStats.__dataclass_fields__})
+                cached = TokenizeStats(**{k: v for k, v in meta["stats"].items()
+                                          if k in TokenizeStats.__dataclass_fields__})
                 return PrepareResult(str(out), cached, True, key)
         except (OSError, ValueError, TypeError):
             pass  # unreadable sidecar: prepare again

@@ -114,7 +114,8 @@ def _iter_json_array(path: Path, problems: Problems) -> Iterator[Record]:
     try:
         text = path.read_text(encoding="utf-8-sig")  # -sig: drops a leading byte-order mark
     except UnicodeDecodeError as exc:
-        problems.error(f"{path}:1", "", f"expected UTF-8 text, found invalid byte at offset {exc.start}", kind="encoding")
+        problems.error(f"{path}:1", "", f"expected UTF-8 text, found invalid byte at offset {exc.start}",
+                       kind="encoding")
         return
     decoder = json.JSONDecoder()
     n = len(text)

@@ -73,7 +73,8 @@ class Container(BaseModel):
         "apptainer", description="apptainer/singularity exec, or pyxis (srun --container-image).")
     image: str = Field(description="Image path or URI.")
     options: list[str] = Field(default_factory=list, description="Extra runtime arguments (one argv item each).")
-    mounts: list[str] = Field(default_factory=list, description="Bind mounts SRC[:DST] (the run directory is always mounted).")
+    mounts: list[str] = Field(default_factory=list,
+                              description="Bind mounts SRC[:DST] (the run directory is always mounted).")
 
 
 class ClusterProfile(BaseModel):
@@ -98,8 +99,11 @@ class ClusterProfile(BaseModel):
     mem_per_node: str | None = Field(None, description="SLURM --mem value, e.g. 200G.")
     tasks_per_node: int = Field(1, ge=1, description="torchrun agents per node; >1 only to simulate nodes on one host.")
     sbatch_extra: list[str] = Field(default_factory=list, description="More directives, e.g. --exclusive.")
-    preamble: list[str] = Field(default_factory=list, description="Shell lines run first (module load, activation). Trusted: written by the profile's author.")
-    env: dict[str, str] = Field(default_factory=dict, description="Exported literally (quoted); use the preamble for $-expansion.")
+    preamble: list[str] = Field(default_factory=list,
+                                description="Shell lines run first (module load, activation). Trusted: written by the "
+                                            "profile's author.")
+    env: dict[str, str] = Field(default_factory=dict,
+                                description="Exported literally (quoted); use the preamble for $-expansion.")
     python: str | None = Field(None, description="Interpreter on the compute nodes (default: the one running thub).")
     tmpdir: Literal["shorten", "refuse", "keep"] = Field(
         "shorten", description="When TMPDIR would break the 108-byte AF_UNIX socket path limit.")

@@ -117,7 +117,8 @@ def data_entry_violations(package_dir: str | Path, allowed: frozenset[str] = fro
                 if isinstance(node, ast.Subscript):
                     bad = isinstance(node.slice, ast.Constant) and node.slice.value == "data_path"
                 elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
-                    bad = bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "data_path"
+                    bad = bool(node.args) and isinstance(node.args[0],
+                                                         ast.Constant) and node.args[0].value == "data_path"
             if bad:
                 found.append(f"{where}:{line}: {ast.unparse(node)}")
     return found

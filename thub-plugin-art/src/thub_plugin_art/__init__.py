@@ -78,7 +78,8 @@ def _single_gpu_check(_context: CheckContext) -> CheckResult:
 
 def _vllm_runtime_check(_context: CheckContext) -> CheckResult:
     if os.environ.get("ART_VLLM_RUNTIME_BIN"):
-        return CheckResult("ok", f"ART uses the vLLM runtime at ART_VLLM_RUNTIME_BIN={os.environ['ART_VLLM_RUNTIME_BIN']}")
+        return CheckResult("ok",
+                           f"ART uses the vLLM runtime at ART_VLLM_RUNTIME_BIN={os.environ['ART_VLLM_RUNTIME_BIN']}")
     if shutil.which("uv"):
         return CheckResult("warn", "ART will install its bundled vLLM runtime with uv on first use (needs the network)",
                            fix="prepare it once on a connected machine, or set ART_VLLM_RUNTIME_BIN to an existing one",

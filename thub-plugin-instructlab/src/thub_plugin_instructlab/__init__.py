@@ -18,7 +18,8 @@ from thub_plugin_instructlab.translate import (
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("instructlab-training>=0.16.2,<0.17", "torch>=2.6", "transformers>=4.57.1", "datasets>=2.15")
 INSTALL = (f"{sys.executable} -m pip install 'instructlab-training==0.16.2'\n"
-           "# or: pip install 'thub-plugin-instructlab'  # brings instructlab-training==0.16.*; install CUDA torch first")
+           "# or: pip install 'thub-plugin-instructlab'  # brings instructlab-training==0.16.*; install CUDA torch "
+           "first")
 DOCS = "thub-plugin-instructlab/README.md"
 
 

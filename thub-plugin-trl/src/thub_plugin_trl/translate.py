@@ -28,7 +28,8 @@ _LORA = frozenset({
     "lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora",
     "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_compute_dtype", "bnb_4bit_use_double_quant",
 })
-_GRPO = _BASE | {"reward", "group_size", "prompt_batch_size", "max_tokens", "temperature", "beta", "system_prompt", "gradient_checkpointing"}
+_GRPO = _BASE | {"reward", "group_size", "prompt_batch_size", "max_tokens", "temperature", "beta", "system_prompt",
+                 "gradient_checkpointing"}
 
 HONOURED: dict[str, frozenset[str]] = {
     "sft": frozenset(_SFT),
@@ -59,7 +60,8 @@ def _common(params: dict[str, Any], output_dir: str) -> dict[str, Any]:
         "use_cpu": not gpu,
         "bf16": gpu,  # on a GPU without bf16 the runner switches to fp16 (runner.mixed_precision)
         "disable_tqdm": True,  # thub shows progress from the metrics stream
-        "save_strategy": "steps" if params.get("save_steps") else "epoch" if params.get("checkpoint_at_epoch") else "no",
+        "save_strategy": "steps" if params.get("save_steps") else "epoch" if params.get("checkpoint_at_epoch")
+        else "no",
     }
     # unset: TRL's own defaults (max_steps -1: the epochs decide; lr_scheduler_type linear)
     if params.get("max_steps"):

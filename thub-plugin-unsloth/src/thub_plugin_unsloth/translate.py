@@ -81,7 +81,8 @@ def _config(params: dict[str, Any], gpu: bool) -> dict[str, Any]:
         "bf16": gpu,
         "fp16": False,
         "disable_tqdm": True,  # thub shows progress from the metrics stream
-        "save_strategy": "steps" if params.get("save_steps") else "epoch" if params.get("checkpoint_at_epoch") else "no",
+        "save_strategy": "steps" if params.get("save_steps") else "epoch" if params.get("checkpoint_at_epoch")
+        else "no",
     }
     config.update(optional_training_args(params))
     if params.get("validation_split"):

@@ -87,7 +87,8 @@ def _pairing_check(_context: CheckContext) -> CheckResult:
     problems = torch_pairing_problems()
     if problems:
         return CheckResult("fail", "vllm and torch do not match", tuple(problems),
-                           fix=f"{sys.executable} -m pip install 'verl[vllm]==0.9.1'  # pairs torch 2.11.0 with vllm 0.24.0",
+                           fix=f"{sys.executable} -m pip install 'verl[vllm]==0.9.1'  # pairs torch 2.11.0 with vllm "
+                               "0.24.0",
                            docs=DOCS)
     return CheckResult("ok", "vllm and torch are a matching pair (or vllm is not installed)")
 
