@@ -17,7 +17,6 @@ parent, from metadata files only (no torch, no transformers):
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -105,21 +104,15 @@ def _probe_hub(repo_id: str, environ: Mapping[str, str]) -> str | None:
 
 def has_chat_template(model_dir: Path) -> bool | None:
     """Whether the tokenizer files in ``model_dir`` define a chat template; None: no tokenizer
-    files to judge by (the library decides)."""
-    if (model_dir / "chat_template.jinja").is_file() or any((model_dir / "additional_chat_templates").glob("*.jinja")):
-        return True
-    found = None
-    for name in ("tokenizer_config.json", "chat_template.json"):
-        try:
-            data = json.loads((model_dir / name).read_text())
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError):
-            return None
-        found = False
-        if isinstance(data, dict) and data.get("chat_template"):
-            return True
-    return found
+    files to judge by, or unreadable ones (the library decides)."""
+    from thub.data.saved_template import has_tokenizer_files, read_chat_template
+
+    if not has_tokenizer_files(model_dir):
+        return None
+    try:
+        return read_chat_template(model_dir) is not None
+    except (OSError, ValueError):
+        return None
 
 
 def _data_needs_template(params: Mapping[str, Any]) -> str | None:

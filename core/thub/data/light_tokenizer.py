@@ -5,10 +5,9 @@
 them costs about a second of CPU per process (it indexes its whole package at import), which on
 the benchmark workload is ~8 % of the work (docs/performance.md). For a tokenizer saved with a
 generic class (``PreTrainedTokenizerFast``/``TokenizersBackend``: nothing is rewritten on load) this
-loads exactly those three things the way transformers 5 does for a local directory: ``chat_template.jinja`` (else
-``chat_template.json``, else ``tokenizer_config.json``'s ``chat_template``, a string or a list of
-named templates) and the special tokens of ``tokenizer_config.json`` (plain strings or serialised
-``AddedToken`` dicts), ``special_tokens_map.json`` filling gaps. Anything unusual (remote code,
+loads exactly those three things the way transformers 5 does for a local directory: the chat
+template and special tokens through :mod:`thub.data.saved_template` (the one reader of saved
+templates), the vocabulary through ``tokenizers``. Anything unusual (remote code,
 an ``auto_map``, a missing file) returns None and the caller falls back to transformers;
 tests/test_data_tokenize.py checks both give the same prepared data.
 """
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 GENERIC_CLASSES = (None, "PreTrainedTokenizerFast", "TokenizersBackend")
-SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
 class LightTokenizer:
@@ -40,12 +38,6 @@ class LightTokenizer:
         return int(self.backend_tokenizer.get_vocab_size(with_added_tokens=True))
 
 
-def _content(value: Any) -> Any:
-    if isinstance(value, dict) and "content" in value:
-        return value["content"]
-    return value
-
-
 def _read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
@@ -61,26 +53,11 @@ def load_light(model_dir: Path) -> LightTokenizer | None:
             return None
         if config.get("tokenizer_class") not in GENERIC_CLASSES:
             return None  # a model-specific class may rewrite the post-processor (BOS/EOS) on load
-        template: Any = None
-        if (model_dir / "chat_template.jinja").is_file():
-            template = (model_dir / "chat_template.jinja").read_text(encoding="utf-8")
-        elif (model_dir / "chat_template.json").is_file():
-            template = _read_json(model_dir / "chat_template.json").get("chat_template")
-        else:
-            template = config.get("chat_template")
-        if isinstance(template, list):  # named templates, as transformers saves them
-            template = {item["name"]: item["template"] for item in template}
-        special = {}
-        extra = _read_json(model_dir / "special_tokens_map.json") if (model_dir / "special_tokens_map.json").is_file() else {}
-        for key in SPECIAL_KEYS:
-            value = _content(config.get(key)) if config.get(key) is not None else _content(extra.get(key))
-            if isinstance(value, str):
-                special[key] = value
-        additional = config.get("additional_special_tokens") or extra.get("additional_special_tokens")
-        if additional:
-            special["additional_special_tokens"] = [_content(item) for item in additional]
         from tokenizers import Tokenizer
 
-        return LightTokenizer(Tokenizer.from_file(str(tokenizer_json)), template, special)
+        from thub.data.saved_template import read_chat_template, read_special_tokens
+
+        return LightTokenizer(Tokenizer.from_file(str(tokenizer_json)), read_chat_template(model_dir),
+                              read_special_tokens(model_dir))
     except Exception:  # noqa: BLE001 - anything unexpected: transformers loads it (and explains)
         return None

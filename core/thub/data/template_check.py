@@ -32,39 +32,20 @@ SAMPLE_TOOLS: list[dict[str, Any]] = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
-_TOKENIZER_FILES = ("tokenizer_config.json", "chat_template.jinja", "chat_template.json")
-_SPECIAL = ("bos_token", "eos_token", "pad_token", "unk_token")
+def load_template(folder: Path) -> tuple[str | None, dict[str, Any]]:
+    """The chat template saved in ``folder`` that renders the tool-call sample (the ``tool_use``
+    one of named templates, else ``default``, as ``apply_chat_template(tools=...)`` picks) and its
+    special tokens, read by :mod:`thub.data.saved_template`; an unreadable file reads as none."""
+    from thub.data.saved_template import pick_template, read_chat_template, read_special_tokens
 
-
-def _token_text(value: Any) -> str | None:
-    if isinstance(value, dict):  # {"content": "<s>", "__type": "AddedToken", ...}
-        value = value.get("content")
-    return value if isinstance(value, str) else None
-
-
-def load_template(folder: Path) -> tuple[str | None, dict[str, str]]:
-    """The chat template saved in ``folder`` (``chat_template.jinja`` first, as transformers reads
-    it, else ``chat_template.json`` or ``tokenizer_config.json``) and its special tokens."""
-    config: dict[str, Any] = {}
     try:
-        config = json.loads((folder / "tokenizer_config.json").read_text())
+        special = read_special_tokens(folder)
     except (OSError, ValueError):
-        pass
-    special = {name: text for name in _SPECIAL if (text := _token_text(config.get(name)))}
-    jinja = folder / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text(), special
-    source: Any = None
+        special = {}
     try:
-        source = json.loads((folder / "chat_template.json").read_text()).get("chat_template")
-    except (OSError, ValueError, AttributeError):
-        source = config.get("chat_template")
-    if source is None:
-        source = config.get("chat_template")
-    if isinstance(source, list):  # named templates: the default one
-        named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
-        source = named.get("default") or next(iter(named.values()), None)
-    return (source if isinstance(source, str) and source.strip() else None), special
+        return pick_template(read_chat_template(folder), tools=True), special
+    except (OSError, ValueError):
+        return None, special
 
 
 def render(source: str, special: dict[str, str]) -> str:
@@ -88,6 +69,8 @@ def check_checkpoints(model_path: str, checkpoints: list[str]) -> dict[str, Any]
     "problem"}]}``; ``reference`` says why nothing could be compared when the input model is not
     a local folder with a chat template (a hub id, or no template).
     """
+    from thub.data.saved_template import has_tokenizer_files
+
     report: dict[str, Any] = {"sample": "system, tool definitions, an assistant tool call, a tool reply",
                               "reference": str(model_path), "checked": [], "not_checked": [], "mismatches": []}
     folder = Path(model_path).expanduser()
@@ -105,7 +88,7 @@ def check_checkpoints(model_path: str, checkpoints: list[str]) -> dict[str, Any]
         return report
     for checkpoint in dict.fromkeys(checkpoints):
         path = Path(checkpoint)
-        if not path.is_dir() or not any((path / name).exists() for name in _TOKENIZER_FILES):
+        if not path.is_dir() or not has_tokenizer_files(path):
             report["not_checked"].append(checkpoint)
             continue
         report["checked"].append(checkpoint)
