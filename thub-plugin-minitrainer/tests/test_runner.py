@@ -188,3 +188,40 @@ def test_library_failure_is_raised(tiny_model: Path, demo_data: Path, tmp_path: 
     params = _params("sft", tiny_model, demo_data / "chat.jsonl", tmp_path / "run")
     with pytest.raises(RuntimeError, match="Training failed"):
         run(_context("sft", params))
+
+
+def test_tracker_runs_mini_trainer_opens_get_thubs_parameters(tiny_model: Path, demo_data: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to the GPU boundary (``run_training``): mini-trainer starts with ``MLFLOW_RUN_ID`` naming the
+    run thub created, holding thub's parameters, and ``WANDB_SWEEP_PARAM_PATH`` naming thub's W&B
+    config. That mini-trainer's own wrappers attach to them: tests/test_trackers_library.py."""
+    pytest.importorskip("mlflow")
+    import yaml
+    from mlflow import MlflowClient
+    from thub_plugin_minitrainer.runner import run
+
+    for name in ("MLFLOW_RUN_ID", "WANDB_SWEEP_PARAM_PATH"):
+        monkeypatch.setenv(name, "")  # the runner sets them in os.environ: removed again after the test
+    seen: dict[str, Any] = {}
+    fake = FakeMiniTrainer(steps=2)
+
+    def recording(torch_args: Any, train_args: Any) -> None:
+        seen.update({name: os.environ.get(name) for name in ("MLFLOW_RUN_ID", "WANDB_SWEEP_PARAM_PATH")})
+        fake(torch_args, train_args)
+
+    monkeypatch.setattr(mini_trainer, "run_training", recording)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    params = _params("sft", tiny_model, demo_data / "chat.jsonl", tmp_path / "run", mlflow_tracking_uri=store,
+                     wandb_project="thub-tests")
+    context = _context("sft", params)
+    context.record = {"algorithm": "sft", "backend": "mini-trainer",
+                      "parameters": {k: {"value": v, "source": "test"} for k, v in params.items()}}
+    run(context)
+    mlflow_run = MlflowClient(tracking_uri=store).get_run(seen["MLFLOW_RUN_ID"])
+    assert mlflow_run.info.run_name == "run"
+    assert mlflow_run.data.params["thub.backend"] == "mini-trainer"
+    config = yaml.safe_load(Path(seen["WANDB_SWEEP_PARAM_PATH"]).read_text())
+    assert config["thub"]["value"]["parameters"]["wandb_project"] == {"value": "thub-tests", "source": "test"}
+    record = json.loads((tmp_path / "run" / "trackers.json").read_text())
+    assert record["mlflow"] == {"route": "library", "via": "mini-trainer", "run_id": seen["MLFLOW_RUN_ID"],
+                                "tracking_uri": store, "experiment": "Default"}

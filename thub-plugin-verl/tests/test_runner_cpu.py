@@ -23,6 +23,8 @@ FAKE_MAIN = '''
 import importlib.util, json, os, sys
 o = dict(a.split("=", 1) for a in sys.argv[1:])
 json.dump(sys.argv[1:], open("argv.json", "w"))
+json.dump({k: os.environ.get(k) for k in ("MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI", "WANDB_SWEEP_PARAM_PATH")},
+          open("tracker_env.json", "w"))
 # load the reward module the way verl does (a file path + a function name) and score two answers
 spec = importlib.util.spec_from_file_location("custom_module", o["reward.custom_reward_function.path"])
 module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
@@ -95,6 +97,29 @@ def test_run_against_stand_in_verl(fake_verl: Path, tmp_path: Path) -> None:
     assert outcome["final_checkpoint"] == str(adapter)
     assert len(outcome["summary"]["adapter_checkpoints"]) == 2
     assert outcome["summary"]["mean_reward"] == 0.5 and not outcome["interrupted"]
+
+
+def test_verls_own_tracker_runs_get_thubs_parameters(fake_verl: Path, tmp_path: Path) -> None:
+    """verl starts with MLFLOW_RUN_ID naming the run thub created (in verl's experiment, its project)
+    and WANDB_SWEEP_PARAM_PATH naming thub's W&B config; verl's own Tracking attaching to them is
+    tests/test_trackers_library.py."""
+    pytest.importorskip("mlflow")
+    import yaml
+    from mlflow import MlflowClient
+    from thub_plugin_verl.runner import run
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    context = context_for(tmp_path, mlflow_tracking_uri=store, wandb_project="thub-tests")
+    context.record = {"algorithm": "lora_grpo", "backend": "verl",
+                      "parameters": {k: {"value": v, "source": "test"} for k, v in context.params.items()}}
+    run(context)
+    env = json.loads((tmp_path / "run" / "verl" / "tracker_env.json").read_text())
+    assert env["MLFLOW_TRACKING_URI"] == store
+    mlflow_run = MlflowClient(tracking_uri=store).get_run(env["MLFLOW_RUN_ID"])
+    assert MlflowClient(tracking_uri=store).get_experiment(mlflow_run.info.experiment_id).name == "thub-tests"
+    assert mlflow_run.data.params["thub.algorithm"] == "lora_grpo"
+    config = yaml.safe_load(Path(env["WANDB_SWEEP_PARAM_PATH"]).read_text())
+    assert config["thub"]["value"]["backend"] == "verl"
 
 
 def test_parquet_rows_carry_verls_columns(fake_verl: Path, tmp_path: Path) -> None:

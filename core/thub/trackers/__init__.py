@@ -90,6 +90,12 @@ def run_name(params: Mapping[str, Any], tracker: str) -> str:
     return Path(os.path.abspath(str(params["ckpt_output_dir"]))).name
 
 
+def tracker_run_names(params: Mapping[str, Any]) -> dict[str, str]:
+    """``wandb_run_name`` / ``mlflow_run_name`` for the W&B and MLflow runs the parameters turn on:
+    the given name, else the run directory's name (for a library that takes one name per tracker)."""
+    return {f"{t.name}_run_name": run_name(params, t.name) for t in enabled(params) if t.name in ("wandb", "mlflow")}
+
+
 def shared_run_name(params: Mapping[str, Any], setting: str) -> str:
     """The one run name a library gives both W&B and MLflow (its ``setting``, e.g. ``"HF Trainer's
     run_name"``): ``wandb_run_name`` or ``mlflow_run_name``, else the run directory's name.

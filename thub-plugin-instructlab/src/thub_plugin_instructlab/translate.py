@@ -159,12 +159,9 @@ def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, s
         "data_output_dir": params.get("data_output_dir") or f"{ckpt}/data",
     }
     args.update({target: params[name] for name, target in _DIRECT.items() if params.get(name) is not None})
-    from thub.backend import run_name
+    from thub.backend import tracker_run_names
 
-    # an unnamed tracker run is named after the run directory (thub.trackers)
-    for tracker, key in (("wandb", "wandb_project"), ("mlflow", "mlflow_tracking_uri")):
-        if params.get(key):
-            args.setdefault(f"{tracker}_run_name", run_name(params, tracker))
+    args.update(tracker_run_names(params))  # an unnamed tracker run is named after the run directory
     for required in ("num_epochs", "effective_batch_size", "learning_rate", "max_seq_len"):
         if required not in args:
             raise UsageError(f"instructlab-training needs {required}; set it (backend default missing)")

@@ -131,12 +131,9 @@ def training_args(algorithm: str, params: Mapping[str, Any]) -> dict[str, Any]:
                  "mlflow_experiment_name", "mlflow_run_name"):
         if params.get(name):
             args[name] = params[name]
-    from thub.backend import run_name
+    from thub.backend import tracker_run_names
 
-    # an unnamed tracker run is named after the run directory (thub.trackers)
-    for tracker, key in (("wandb", "wandb_project"), ("mlflow", "mlflow_tracking_uri")):
-        if params.get(key):
-            args.setdefault(f"{tracker}_run_name", run_name(params, tracker))
+    args.update(tracker_run_names(params))  # an unnamed tracker run is named after the run directory
     return args
 
 

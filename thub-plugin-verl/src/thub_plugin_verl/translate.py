@@ -393,6 +393,8 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
         "argv": ["python", "-m", MODULE, *overrides],
         "overrides": overrides,
         "environment": env,
+        # verl's MLflow run goes to the experiment named by its project (thub.trackers.library)
+        "mlflow_experiment": o["trainer.project_name"],
         "files": files,
         "batch": layout,
         "max_steps": steps,
