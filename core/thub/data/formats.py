@@ -376,13 +376,14 @@ def _norm_grpo(row: dict[str, Any], ctx: _Ctx, source: DatasetSource) -> dict[st
         if not value.strip():
             ctx.error(key, "non-empty text", "empty string", "empty")
             return None
-        prompt = [{"role": "user", "content": value}]
+        prompt: list[dict[str, Any]] = [{"role": "user", "content": value}]
         if isinstance(row.get("system"), str) and row["system"].strip():
             prompt.insert(0, {"role": "system", "content": row["system"]})
     else:
-        prompt = check_messages(value, ctx, key, role_map=_MESSAGE_ROLE_ALIASES, prompt_only=True)
-        if prompt is None:
+        checked = check_messages(value, ctx, key, role_map=_MESSAGE_ROLE_ALIASES, prompt_only=True)
+        if checked is None:
             return None
+        prompt = checked
     truth_key = "ground_truth" if "ground_truth" in row else "answer"
     truth = row.get(truth_key)
     if isinstance(truth, bool) or not isinstance(truth, (str, int, float)) or not str(truth).strip():
@@ -392,7 +393,8 @@ def _norm_grpo(row: dict[str, Any], ctx: _Ctx, source: DatasetSource) -> dict[st
 
 
 def _norm_processed(row: dict[str, Any], ctx: _Ctx, source: DatasetSource) -> dict[str, Any] | None:
-    ids, labels = row.get("input_ids"), row.get("labels")
+    ids: Any = row.get("input_ids")  # JSON values until checked below
+    labels: Any = row.get("labels")
     for key, value in (("input_ids", ids), ("labels", labels)):
         if not isinstance(value, list) or not value or not all(type(x) is int for x in value):
             ctx.error(key, "a non-empty list of integers", describe(value) if key in row else "no such field", key)

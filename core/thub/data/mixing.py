@@ -53,8 +53,7 @@ def mix_loaded(loaded: Sequence[LoadedSource], strategy: str = "concat", probabi
         raise UsageError(f"mix strategy: expected one of {', '.join(STRATEGIES)}, found {strategy!r}")
     weights = _weights(loaded, strategy, probabilities)
     if strategy == "concat" or len(loaded) == 1:
-        rows = [row for item in loaded for row in item.rows]
-        return rows, [loc for item in loaded for loc in item.locations]
+        return [row for item in loaded for row in item.rows], [loc for item in loaded for loc in item.locations]
     sizes = [len(item.rows) for item in loaded]
     active = [i for i, size in enumerate(sizes) if size and (weights is None or weights[i] > 0)]
     if not active:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from thub.data.templates import ChatTemplate
+from thub.data.templates import ChatTemplate, Span
 from thub.data.tokenize import IGNORE, _backend, _labels
 
 
@@ -49,6 +49,7 @@ def explain(row: dict[str, Any], tokenizer: Any, template: ChatTemplate | None =
             pos += len(piece)
         text = "".join(pieces)
     else:
+        spans: list[Span] | None
         if "document" in row:
             text, spans = row["document"], None
         elif "prompt" in row:
@@ -65,7 +66,7 @@ def explain(row: dict[str, Any], tokenizer: Any, template: ChatTemplate | None =
         labels = list(ids) if spans is None else _labels(enc, ids, spans)
         offsets = enc.offsets
     truncated = max_seq_len is not None and len(ids) > max_seq_len
-    if truncated:
+    if truncated and max_seq_len is not None:
         cut = offsets[max_seq_len][0]
         text, ids, labels, offsets = text[:cut], ids[:max_seq_len], labels[:max_seq_len], offsets[:max_seq_len]
     return {

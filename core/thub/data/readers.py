@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ def file_kind(path: str | os.PathLike[str]) -> str:
                      "or a saved Hugging Face dataset directory")
 
 
-def iter_records(path: str | os.PathLike[str], problems: Problems) -> Iterator[Record]:
+def iter_records(path: str | os.PathLike[str], problems: Problems) -> Generator[Record, None, None]:
     """Yield ``(location, record)`` for every record; malformed JSON is recorded in ``problems``."""
     kind = file_kind(path)
     if kind == "jsonl":
@@ -74,7 +74,7 @@ def _iter_jsonl(path: Path, problems: Problems) -> Iterator[Record]:
     except UnicodeDecodeError:
         yield from _iter_jsonl_bytes(path, data, problems)
         return
-    scan = json.JSONDecoder().scan_once
+    scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__; not in typeshed
     name = str(path)
     for number, line in enumerate(text.split("\n"), start=1):
         if not line or line.isspace():

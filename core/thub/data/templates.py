@@ -177,9 +177,11 @@ class ChatTemplate:
     def spans(self, messages: list[dict[str, Any]]) -> tuple[str, list[Span]]:
         """Text and trained spans; the skeleton path when safe, else :meth:`exact_spans`."""
         key = self._key(messages)
-        skeleton = self._skeletons.get(key, False) if key is not None else None
-        if skeleton is False:
-            skeleton = self._skeletons[key] = self._build_skeleton(key)  # type: ignore[index]
+        skeleton = None
+        if key is not None:
+            if key not in self._skeletons:
+                self._skeletons[key] = self._build_skeleton(key)
+            skeleton = self._skeletons[key]
         if skeleton is None or skeleton.broken:
             self.exact_rows += 1
             return self.exact_spans(messages)

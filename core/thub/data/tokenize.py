@@ -5,8 +5,10 @@ Speed comes from three things (see docs/performance-anchors.md, data preparation
 1. rendering by skeleton concatenation instead of Jinja per conversation (see templates.py);
 2. encoding whole batches of rendered text with the Rust tokenizer (``encode_batch`` runs on all
    cores and releases the GIL, so the next batch is rendered while this one encodes);
-3. building labels from a handful of ``char_to_token`` calls per trained span and list slices,
-   never a Python loop over tokens or offsets.
+3. locating trained spans at a handful of points per row: for byte-level BPE tokenizers from
+   the tokens' byte lengths, so the encode skips character offsets (``encode_batch_fast``,
+   byte_offsets.py), otherwise with ``char_to_token``; samples are ``(ids, trained token
+   ranges)`` until the labels list is needed (``thub data prepare`` writes without one).
 
 Nothing is dropped or cut silently: :class:`TokenizeStats` counts truncated and dropped samples
 and callers print it.
@@ -19,6 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from thub.data.byte_offsets import ByteLocator, Range, byte_locator, offset_ranges
 from thub.data.problems import no_gc
 from thub.data.templates import ChatTemplate, Span, TemplateRejected, check_template
 from thub.errors import UsageError
@@ -26,6 +29,7 @@ from thub.errors import UsageError
 IGNORE = -100
 OVERLONG = ("truncate", "drop", "error")
 BATCH = 1000
+Sample = tuple[list[int], "list[Range] | None"]  # input_ids, trained token ranges (None: all)
 
 
 @dataclass
@@ -104,22 +108,16 @@ def _backend(tokenizer: Any) -> Any:
 
 def _labels(enc: Any, ids: list[int], spans: list[Span]) -> list[int]:
     """Labels from char spans: tokens overlapping a span are trained (as transformers does)."""
+    return expand_labels(ids, offset_ranges(enc, spans))
+
+
+def expand_labels(ids: list[int], ranges: list[Range] | None) -> list[int]:
+    """The labels list of a sample: ``ids`` inside the trained token ranges (all when None), -100 elsewhere."""
+    if ranges is None:
+        return list(ids)
     labels = [IGNORE] * len(ids)
-    char_to_token = enc.char_to_token
-    for start, end in spans:
-        a = None
-        for char in range(start, end):  # a char may map to no token (stripped by normalisers)
-            a = char_to_token(char)
-            if a is not None:
-                break
-        if a is None:
-            continue
-        b = None
-        for char in range(end - 1, start - 1, -1):
-            b = char_to_token(char)
-            if b is not None:
-                break
-        labels[a:b + 1] = ids[a:b + 1]
+    for a, b in ranges:
+        labels[a:b] = ids[a:b]
     return labels
 
 
@@ -149,6 +147,25 @@ def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: i
     batch is still encoding (so writing them costs no extra wall time), and the returned list
     stays empty.
     """
+    def expand(batch: list[Sample]) -> list[dict[str, list[int]]]:
+        return [{"input_ids": ids, "labels": expand_labels(ids, ranges)} for ids, ranges in batch]
+
+    compact_sink = None if sink is None else (lambda batch: sink(expand(batch)))
+    out, stats = encode_chat(rows, tokenizer, max_seq_len, unmask=unmask, overlong=overlong, locations=locations,
+                             template=template, sink=compact_sink)
+    return expand(out), stats
+
+
+def encode_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int | None, *,
+                unmask: bool = False, overlong: str = "truncate", locations: Sequence[str] | None = None,
+                template: ChatTemplate | None = None, sink: Callable[[list[Sample]], None] | None = None,
+                ) -> tuple[list[Sample], TokenizeStats]:
+    """:func:`tokenize_chat` with samples as ``(input_ids, trained token ranges)``: no labels lists.
+
+    A sample's ranges are sorted, non-overlapping ``[start, end)`` token ranges whose labels are
+    the ids (None: every token trained); :func:`expand_labels` turns them into labels. This is
+    what ``thub data prepare`` writes from, without building and scanning a labels list per row.
+    """
     if overlong not in OVERLONG:
         raise UsageError(f"overlong: expected one of {', '.join(OVERLONG)}, found {overlong!r}")
     backend = _backend(tokenizer)
@@ -157,8 +174,10 @@ def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: i
     if problems:
         raise UsageError("\n".join(problems))
     stats = TokenizeStats(samples_in=len(rows))
-    out: list[dict[str, list[int]]] = []
+    out: list[Sample] = []
     overlong_at: list[str] = []
+    # Byte-level BPE: encode without offsets and locate spans by byte lengths (byte_offsets.py).
+    locator = byte_locator(backend) if hasattr(backend, "encode_batch_fast") else None
 
     def where(i: int) -> str:
         return locations[i] if locations is not None else f"row {i + 1}"
@@ -180,14 +199,18 @@ def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: i
 
     # Pipeline: while the Rust tokenizer encodes batch k (GIL released), Python renders batch k+1.
     with ThreadPoolExecutor(max_workers=1) as pool, no_gc():
-        pending: tuple[list[int], list[Any], Future[Any]] | None = None
+        pending: tuple[list[int], list[str], list[Any], ByteLocator | None, Future[Any]] | None = None
         for indices in [*_chunks(len(rows), BATCH), None]:
             nxt = None
             if indices is not None:
                 kept, texts, spans = render(indices)
-                nxt = (kept, spans, pool.submit(backend.encode_batch, texts, add_special_tokens=False))
+                fast = locator if locator is not None and not locator.disabled else None
+                encode = backend.encode_batch if fast is None else backend.encode_batch_fast
+                nxt = (kept, texts, spans, fast, pool.submit(encode, texts, add_special_tokens=False))
             if pending is not None:
-                _collect(*pending, max_seq_len, overlong, stats, out, overlong_at, where)
+                kept_p, texts_p, spans_p, fast_p, future = pending
+                located = _locate(backend, fast_p, texts_p, spans_p, future.result())
+                _collect(kept_p, located, max_seq_len, overlong, stats, out, overlong_at, where)
                 if sink is not None and out:
                     sink(out)  # runs while the Rust tokenizer encodes the next batch
                     out = []
@@ -201,13 +224,44 @@ def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: i
     return out, stats
 
 
-def _collect(kept: list[int], spans: list[list[Span] | None], future: Future[Any], max_seq_len: int | None,
-             overlong: str, stats: TokenizeStats, out: list[dict[str, list[int]]], overlong_at: list[str],
-             where: Any) -> None:
+def _locate(backend: Any, locator: ByteLocator | None, texts: list[str], spans: list[list[Span] | None],
+            encodings: list[Any]) -> list[Sample]:
+    """(ids, trained token ranges) per row encoded without offsets (``locator``) or with them (None).
+
+    Rows the locator cannot place are encoded again with offsets.
+    """
+    ids_list = [enc.ids for enc in encodings]
+    if locator is None:  # encoded with offsets
+        return [(ids, None if trained is None else offset_ranges(enc, trained))
+                for ids, trained, enc in zip(ids_list, spans, encodings, strict=True)]
+    ranges: list[list[Range] | None] = []
+    redo = []
+    for j, (text, trained, ids) in enumerate(zip(texts, spans, ids_list, strict=True)):
+        found = None if trained is None or locator.disabled else locator.ranges(text, ids, trained)
+        if trained is not None and found is None:
+            redo.append(j)
+        ranges.append(found)
+    if not locator.verified and not locator.disabled:
+        # trust, but verify: the first rows of every process are also located through offsets
+        check = [j for j, trained in enumerate(spans) if trained is not None and j not in redo][:locator.VERIFY_ROWS]
+        encs = backend.encode_batch([texts[j] for j in check], add_special_tokens=False) if check else []
+        if any(enc.ids != ids_list[j] or offset_ranges(enc, spans[j]) != ranges[j]  # type: ignore[arg-type]
+               for j, enc in zip(check, encs, strict=True)):
+            locator.disabled = True  # this tokenizer is not what it looked like: offsets from now on
+            redo = [j for j, trained in enumerate(spans) if trained is not None]
+        locator.verified = True
+    if redo:
+        for j, enc in zip(redo, backend.encode_batch([texts[j] for j in redo], add_special_tokens=False),
+                          strict=True):
+            ids_list[j] = enc.ids
+            ranges[j] = offset_ranges(enc, spans[j])  # type: ignore[arg-type]
+    return list(zip(ids_list, ranges, strict=True))
+
+
+def _collect(kept: list[int], located: list[Sample], max_seq_len: int | None, overlong: str, stats: TokenizeStats,
+             out: list[Sample], overlong_at: list[str], where: Any) -> None:
     """Turn one encoded batch into samples, applying the overlong policy."""
-    for i, trained, enc in zip(kept, spans, future.result(), strict=True):
-        ids = enc.ids
-        labels = list(ids) if trained is None else _labels(enc, ids, trained)
+    for i, (ids, ranges) in zip(kept, located, strict=True):
         if max_seq_len is not None and len(ids) > max_seq_len:
             if overlong == "error":
                 overlong_at.append(f"{where(i)} ({len(ids)} tokens)")
@@ -216,11 +270,13 @@ def _collect(kept: list[int], spans: list[list[Span] | None], future: Future[Any
                 stats.dropped_overlong += 1
                 stats.note("dropped_overlong", where(i))
                 continue
-            ids, labels = ids[:max_seq_len], labels[:max_seq_len]
+            ids = ids[:max_seq_len]
+            if ranges is not None:
+                ranges = [(a, min(b, max_seq_len)) for a, b in ranges if a < max_seq_len]
             cut = True
         else:
             cut = False
-        trained_count = len(labels) - labels.count(IGNORE)
+        trained_count = len(ids) if ranges is None else sum(b - a for a, b in ranges)
         if trained_count == 0:  # counted once, as dropped, even when truncation caused it
             stats.dropped_untrainable += 1
             stats.note("dropped_untrainable", where(i))
@@ -232,7 +288,7 @@ def _collect(kept: list[int], spans: list[list[Span] | None], future: Future[Any
         stats.tokens += len(ids)
         stats.trained_tokens += trained_count
         stats.lengths.append(len(ids))
-        out.append({"input_ids": ids, "labels": labels})
+        out.append((ids, ranges))
 
 
 def tokenize_documents(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int | None, *,
