@@ -23,6 +23,34 @@ def installed_version(distribution: str | None) -> str | None:
         return None
 
 
+def module_origin(module: str, python: str | None = None, *, timeout: float = 60) -> str | None:
+    """Where ``module`` would be imported from, without importing it: its file (a package's
+    ``__init__.py``), ``"namespace"`` for a namespace package, or None when it is not there.
+
+    ``python`` asks another interpreter (a managed environment, a backend's own ``python``) in a
+    subprocess; None: this one. Finding ``a.b`` imports ``a``; an import error doing so, or an
+    interpreter that cannot run within ``timeout`` seconds, counts as not there.
+    """
+    if python is None:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        return (spec.origin or "namespace") if spec else None
+    import subprocess
+
+    code = (f"import importlib.util as u\ntry:\n    s = u.find_spec({module!r})\nexcept (ImportError, ValueError):\n"
+            "    s = None\nprint((s.origin or 'namespace') if s else '')")
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines()  # the last line: a sitecustomize may print before it
+    return lines[-1] if done.returncode == 0 and lines and lines[-1] else None
+
+
 def requirement_problem(specifier: str) -> str | None:
     """None if ``specifier`` is satisfied by an installed distribution, else what is wrong."""
     from importlib import metadata

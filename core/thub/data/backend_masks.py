@@ -33,13 +33,9 @@ def masks_target(runner: str) -> str:
 
 def has_own_masks(runner: str, python: str | None) -> bool:
     """Whether the backend's plugin ships a ``masks`` module (checked in its interpreter)."""
-    module = masks_target(runner).split(":", 1)[0]
-    if python is None:
-        import importlib.util
+    from thub.selection import module_origin
 
-        return importlib.util.find_spec(module) is not None
-    probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
-    return subprocess.run([python, "-c", probe], capture_output=True, timeout=120).returncode == 0
+    return module_origin(masks_target(runner).split(":", 1)[0], python, timeout=120) is not None
 
 
 def backend_masks(backend: str, model: str, rows: list[dict[str, Any]],

@@ -10,10 +10,8 @@ parent. Nothing is imported here: packages are found with ``importlib.util.find_
 
 from __future__ import annotations
 
-import importlib.util
 import netrc
 import os
-import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -47,19 +45,11 @@ def _python(backend: BackendSpec | None, where: str) -> str | None:
 
 
 def _find(module: str, python: str | None) -> str | None:
-    """The file of ``module`` (its ``__init__``) in ``python``'s environment, or None."""
-    if python is None:
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            spec = None
-        return (spec.origin or "namespace") if spec else None
-    code = f"import importlib.util as u; s = u.find_spec({module!r}); print(s.origin if s else '')"
-    try:
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() or None
+    """The file of ``module`` (its ``__init__``) in ``python``'s environment, or None (the one
+    check of another interpreter's modules: :func:`thub.selection.module_origin`)."""
+    from thub.selection import module_origin
+
+    return module_origin(module, python, timeout=20)
 
 
 def _pip(python: str | None, install: str) -> str:
