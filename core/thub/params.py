@@ -86,8 +86,8 @@ class BaseParams(BaseModel):
     lr_scheduler_kwargs: dict[str, Any] | None = param(group="optimizer",
                                                        help="Extra scheduler arguments (JSON object).")
     warmup_steps: int | None = param(group="optimizer", help="Linear warm-up steps.", ge=0)
-    beta1: float | None = param(group="optimizer", help="AdamW beta1.", gt=0, lt=1)
-    beta2: float | None = param(group="optimizer", help="AdamW beta2.", gt=0, lt=1)
+    beta1: float | None = param(group="optimizer", help="AdamW beta1 (0 <= beta1 < 1, as in torch).", ge=0, lt=1)
+    beta2: float | None = param(group="optimizer", help="AdamW beta2 (0 <= beta2 < 1, as in torch).", ge=0, lt=1)
     eps: float | None = param(group="optimizer", help="AdamW epsilon.", gt=0)
     weight_decay: float | None = param(group="optimizer", help="AdamW weight decay.", ge=0)
     max_grad_norm: float | None = param(group="optimizer", help="Gradient clipping norm.", gt=0)

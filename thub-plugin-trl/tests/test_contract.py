@@ -128,3 +128,14 @@ def test_num_iterations_is_not_trls_num_iterations() -> None:
         _plan("lora_grpo", num_iterations=3)
     assert _plan("grpo", max_steps=3)["config"]["max_steps"] == 3
     assert "num_iterations" not in _plan("grpo", max_steps=3)["config"]
+
+
+def test_a_zero_beta_is_accepted_as_torchs_adamw_accepts_it(tmp_path: Path) -> None:
+    """AdamW takes 0 <= beta < 1 (beta1=0 is momentum-free Adam); thub's bounds are the optimizer's."""
+    import torch
+
+    plan = _plan("sft", ckpt_output_dir=str(tmp_path), beta1=0.0)
+    assert plan["config"]["adam_beta1"] == 0.0
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)], betas=(plan["config"]["adam_beta1"], 0.999))
+    with pytest.raises(UsageError, match="beta1"):
+        _plan("sft", beta1=1.0)
