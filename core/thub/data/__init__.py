@@ -9,7 +9,9 @@ Public API (stable; the training runner and backends call it):
 * :class:`DatasetSource` / :func:`mix` - several datasets with their own tags, mixed by a strategy;
 * :func:`tokenize_chat` / :func:`tokenize_documents` - input_ids + labels with loss masks;
 * :func:`prepare` - tokenize to a file backends read (cached, atomic);
-* :func:`training_rows` - the rows a run trains on, from its parameters (path or mix).
+* :func:`training_rows` / :func:`validate_training_data` - the rows a run trains on, from its
+  parameters (path or mix); a backend's runner gets them from its run context instead
+  (``context.data()``, :mod:`thub.data.training`), which reuses the parent's validation.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from thub.data.mixing import STRATEGIES, mix, mix_loaded
 from thub.data.prepare import PrepareResult, load_tokenizer, prepare
 from thub.data.problems import Problems
 from thub.data.tokenize import TokenizeStats, tokenize_chat, tokenize_documents
-from thub.data.training import training_rows, training_sources
+from thub.data.training import TrainingData, training_rows, training_sources, validate_training_data
 
 __all__ = [
-    "FORMATS", "STRATEGIES", "DatasetSource", "LoadedSource", "PrepareResult", "Problems", "TokenizeStats",
+    "FORMATS", "STRATEGIES", "DatasetSource", "LoadedSource", "PrepareResult", "Problems", "TokenizeStats", "TrainingData",
     "detect_format", "load_dataset_rows", "load_source", "load_sources", "load_tokenizer", "mix", "mix_loaded",
-    "prepare", "tokenize_chat", "tokenize_documents", "training_rows", "training_sources",
+    "prepare", "tokenize_chat", "tokenize_documents", "training_rows", "training_sources", "validate_training_data",
 ]
