@@ -14,6 +14,7 @@ Environment switches (as llm's ``LLM_LOAD_PLUGINS``):
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -33,6 +34,7 @@ from thub.specs import (
     Provenance,
     RewardSpec,
     RunEvent,
+    _Registered,
     load_object,
 )
 
@@ -46,7 +48,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 )
 
 # spec kind -> (hook name, spec type)
-_REGISTRATION_HOOKS: dict[str, tuple[str, type]] = {
+_REGISTRATION_HOOKS: dict[str, tuple[str, type[_Registered]]] = {
     "algorithms": ("thub_register_algorithms", AlgorithmSpec),
     "backends": ("thub_register_backends", BackendSpec),
     "rewards": ("thub_register_rewards", RewardSpec),
@@ -162,6 +164,10 @@ class Registry:
         )
 
 
+def _same(value: object) -> object:
+    return value
+
+
 def _names(variable: str) -> set[str] | None:
     value = os.environ.get(variable)
     if value is None:
@@ -195,12 +201,12 @@ class _Loader:
         for module_name in BUILTIN_PLUGINS:
             if module_name in disabled:
                 continue
-            self._add(module_name, lambda m=module_name: importlib.import_module(m), None, True)
+            self._add(module_name, functools.partial(importlib.import_module, module_name), None, True)
         if load_entry_points:
             for ep in _external_entry_points():
                 self._add(ep.name, ep.load, (ep.distribution, ep.version), False)
         for name, plugin in self.extra_plugins:
-            self._add(name, lambda p=plugin: p, None, False)
+            self._add(name, functools.partial(_same, plugin), None, False)
         self.pm.check_pending()  # every remaining plugin was validated in _add
         self._collect()
         if load_entry_points:
@@ -267,6 +273,8 @@ class _Loader:
         except Exception as exc:  # noqa: BLE001
             self._fail(name, dist, "validate", exc)
             return
+        distribution: str | None
+        version: str | None
         if builtin:
             distribution, version = "thub", _thub_version()
         else:
@@ -286,7 +294,8 @@ class _Loader:
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 self._collect_one(impl, kind, spec_type, target)
 
-    def _collect_one(self, impl: pluggy.HookImpl, kind: str, spec_type: type, target: dict[str, Any]) -> None:
+    def _collect_one(self, impl: pluggy.HookImpl, kind: str, spec_type: type[_Registered],
+                     target: dict[str, Any]) -> None:
         info = self.registry.plugins[impl.plugin_name]
         provenance = Provenance(info.name, info.distribution, info.version)
         found: list[Any] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -29,7 +30,7 @@ def clusters(cluster_file: str | None, as_json: bool, show: str | None) -> None:
 
             click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
         return
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, profile in sorted(loaded.profiles.items()):
         rows.append({"name": name, "scheduler": profile.scheduler, "partition": profile.partition,
                      "gpus_per_node": profile.gpus_per_node, "max_time": profile.max_time,

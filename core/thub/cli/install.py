@@ -213,7 +213,7 @@ def uninstall(backend: str, where: str, dry_run: bool) -> None:
             if entry is None or not others:
                 _remove_env(manifest, dry_run)
                 continue
-            cmd = [manifest.python, "-m", "pip", "uninstall", "-y", dist]
+            cmd = [manifest.python, "-m", "pip", "uninstall", "-y", entry["distribution"]]
             click.echo(" ".join(cmd) if dry_run else f"$ {' '.join(cmd)}", err=not dry_run)
             if not dry_run:
                 import subprocess

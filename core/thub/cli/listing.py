@@ -90,7 +90,7 @@ def plugins(as_json: bool) -> None:
 @json_option
 def algorithms(as_json: bool) -> None:
     registry = get_registry()
-    data = [
+    data: list[dict[str, Any]] = [
         {
             "name": spec.name,
             "summary": spec.summary,

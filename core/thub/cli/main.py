@@ -20,7 +20,7 @@ class Failure(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click types it a ClassVar, yet reads self.exit_code
 
 
 class LazyGroup(click.Group):
@@ -70,7 +70,7 @@ class LazyGroup(click.Group):
             if args and "No such command" in exc.message:
                 from thub.errors import did_you_mean
 
-                exc.message += did_you_mean(args[0], self.list_commands(ctx))
+                exc.message += did_you_mean(args[0], self.list_commands(ctx))  # type: ignore[misc]  # click: Final
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -96,7 +96,8 @@ def _shorten(text: str, limit: int) -> str:
     """Cut ``text`` at a word boundary to ``limit`` characters with '...', as click lists commands."""
     if len(text) <= limit:
         return text
-    words, used = [], 0
+    words: list[str] = []
+    used = 0
     for word in text.split():
         if used + len(word) + (1 if words else 0) > limit - 3:
             break
