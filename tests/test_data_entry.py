@@ -133,7 +133,7 @@ def test_the_child_trains_on_the_rows_the_parent_validated(rows_backend: Path, d
     assert seen["rows"] == expected.rows and seen["locations"] == expected.locations and seen["kind"] == "chat"
     tagged = [row for row, where in zip(seen["rows"], seen["locations"], strict=True) if "tagged.jsonl" in where]
     assert tagged and {m["role"] for row in tagged for m in row["messages"]} <= {"system", "user", "assistant"}
-    assert (out / DATA_DIR / "rows.jsonl").is_file()
+    assert (out / DATA_DIR / "rows.json").is_file()
 
 
 def test_a_file_changed_after_validation_is_validated_again(demo_data: Path, tmp_path: Path,
