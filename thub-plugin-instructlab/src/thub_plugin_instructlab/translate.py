@@ -75,7 +75,8 @@ def flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
 
-def torchrun_params(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+def torchrun_params(params: Mapping[str, Any],
+                    environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """``TorchrunArgs`` fields and where each came from: parameter > ``PET_*`` environment > default.
 
     Follows Training Hub's ``get_torchrun_params``: ``MASTER_ADDR``/``MASTER_PORT`` count as

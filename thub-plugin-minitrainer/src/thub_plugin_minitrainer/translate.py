@@ -73,7 +73,8 @@ def torchrun_args(params: Mapping[str, Any], environ: Mapping[str, str] | None =
         elif nproc.isdigit():
             nproc = int(nproc)
         else:
-            raise UsageError(f"nproc_per_node: expected an integer, 'gpu' or 'auto', found {values['nproc_per_node']!r}")
+            raise UsageError("nproc_per_node: expected an integer, 'gpu' or 'auto', "
+                             f"found {values['nproc_per_node']!r}")
     out: dict[str, Any] = {"nnodes": int(values["nnodes"]), "nproc_per_node": nproc,
                            "node_rank": int(values.get("node_rank") or 0), "rdzv_id": values.get("rdzv_id") or 123}
     for name in ("rdzv_endpoint", "master_addr"):
@@ -173,7 +174,8 @@ def command(torch: Mapping[str, Any], train: Mapping[str, Any], train_script: st
             f"--max-steps={t['max_steps']}", "--max-tokens=0", "--train-dtype=float32"]
     if t.get("wandb_project"):
         cmd.append(f"--wandb-project={t['wandb_project']}")
-        cmd += [f"--wandb-{k.replace('_', '-')}={t[f'wandb_{k}']}" for k in ("run_name", "entity") if t.get(f"wandb_{k}")]
+        cmd += [f"--wandb-{k.replace('_', '-')}={t[f'wandb_{k}']}" for k in ("run_name", "entity")
+                if t.get(f"wandb_{k}")]
     if t.get("mlflow_tracking_uri"):
         cmd.append(f"--mlflow-tracking-uri={t['mlflow_tracking_uri']}")
         cmd += [f"--mlflow-{k.replace('_', '-')}={t[f'mlflow_{k}']}" for k in ("experiment_name", "run_name")
