@@ -25,7 +25,8 @@ from thub.data.tokenize import TokenizeStats, tokenize_chat, tokenize_documents
 from thub.data.training import TrainingData, training_rows, training_sources, validate_training_data
 
 __all__ = [
-    "FORMATS", "STRATEGIES", "DatasetSource", "LoadedSource", "PrepareResult", "Problems", "TokenizeStats", "TrainingData",
-    "detect_format", "load_dataset_rows", "load_source", "load_sources", "load_tokenizer", "mix", "mix_loaded",
-    "prepare", "tokenize_chat", "tokenize_documents", "training_rows", "training_sources", "validate_training_data",
+    "FORMATS", "STRATEGIES", "DatasetSource", "LoadedSource", "PrepareResult", "Problems", "TokenizeStats",
+    "TrainingData", "detect_format", "load_dataset_rows", "load_source", "load_sources", "load_tokenizer", "mix",
+    "mix_loaded", "prepare", "tokenize_chat", "tokenize_documents", "training_rows", "training_sources",
+    "validate_training_data",
 ]
