@@ -155,3 +155,11 @@ def test_the_backend_plugins_read_their_data_through_the_run_context() -> None:
     found = {package.name: data_entry_violations(package, frozenset({"load_tasks"}) if package.name ==
                                                  "thub_plugin_art" else frozenset()) for package in plugins}
     assert found == {package.name: [] for package in plugins}
+
+
+def test_writing_plugins_documents_every_sdk_name() -> None:
+    import thub.backend
+
+    text = (Path(__file__).parents[1] / "docs" / "writing-plugins.md").read_text()
+    missing = [name for name in thub.backend.__all__ if f"`{name}`" not in text]
+    assert not missing, f"docs/writing-plugins.md does not document {missing}"
