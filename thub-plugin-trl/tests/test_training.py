@@ -215,13 +215,12 @@ def test_child_that_hangs_after_its_result_is_stopped(tiny_model: Path, demo_dat
         "    atexit.register(lambda: time.sleep(600))\n"
     )
     out = tmp_path / "hang"
-    started = time.time()
+    # timeout=120 (a subprocess error past it) is the proof thub did not wait out the child's 600 s hang
     done = thub("train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "1",
                 env={"PYTHONPATH": str(tmp_path), "THUB_EXIT_GRACE": "2"}, timeout=120)
     assert done.returncode == 0, done.stderr
     result = assert_finished_run(out)
     assert "did not exit within 2 s" in result["note"]
-    assert time.time() - started < 90
 
 
 def test_two_processes_through_torchrun_log_once(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
