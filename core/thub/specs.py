@@ -185,11 +185,13 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class CheckContext:
-    """What a check may look at: the backend and output directory a run would use."""
+    """What a check may look at: the backend and output directory a run would use, and the run's
+    config file (``thub doctor --config``), if one was given."""
 
     backend: str | None = None
     output_dir: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    config: str | None = None
 
 
 @dataclass(frozen=True)

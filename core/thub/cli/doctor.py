@@ -18,6 +18,7 @@ EXAMPLES = """
 Examples:
   thub doctor                         every check (slow ones last)
   thub doctor --backend trl -o out/   what a `thub train --backend trl` run needs
+  thub doctor --config run.yaml       what that run needs (its trackers too)
   thub doctor --tag preflight         only the quick checks `thub train` runs first
   thub doctor core.gpu-memory core.disk
   thub doctor 'core.*' --json         machine-readable report on stdout
@@ -38,6 +39,10 @@ Exit codes: 0 no failures, 1 a check failed or crashed (or warned, with --strict
               help="Leave out checks with this tag, e.g. --exclude-tag slow.")
 @click.option("--output-dir", "-o", metavar="DIR",
               help="The run's ckpt_output_dir: checked for free space and write access.")
+@click.option("--config", "-c", "config", type=click.Path(dir_okay=False), metavar="FILE",
+              help="A run's config file (as for `thub train --config`): its trackers are checked as "
+                   "`thub train` checks them; its backend and ckpt_output_dir are the defaults of "
+                   "--backend and --output-dir.")
 @click.option("--strict", is_flag=True, help="Warnings count as failures (exit 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--list-checks", is_flag=True, help="List the checks (id, title, tags) and exit.")
@@ -50,6 +55,7 @@ def doctor(
     tags: tuple[str, ...],
     exclude_tags: tuple[str, ...],
     output_dir: str | None,
+    config: str | None,
     strict: bool,
     as_json: bool,
     list_checks: bool,
@@ -65,6 +71,12 @@ def doctor(
     from thub.manager import get_registry
 
     registry = get_registry()
+    if config is not None:
+        from thub.config.resolve import read_config_file
+
+        values = read_config_file(config).values  # a missing or bad file: exit 2, naming file and line
+        backend = backend or (str(values["backend"]) if values.get("backend") else None)
+        output_dir = output_dir or (str(values["ckpt_output_dir"]) if values.get("ckpt_output_dir") else None)
     if backend is not None:
         # unknown backend -> UsageError naming the install command (exit 2); `TRL` means trl
         backend = registry.backend(backend).name
@@ -97,7 +109,7 @@ def doctor(
     if not specs:
         raise click.UsageError("no check matches the given ids/tags/backend; see `thub doctor --list-checks`")
 
-    context = make_context(backend=backend, output_dir=output_dir)
+    context = make_context(backend=backend, output_dir=output_dir, config=config)
     started = time.perf_counter()
     outcomes = _run_with_progress(specs, context, timeout, show=not as_json)
     duration_ms = (time.perf_counter() - started) * 1000

@@ -67,13 +67,16 @@ def make_context(
     backend: str | None = None,
     output_dir: str | None = None,
     env: Mapping[str, str] | None = None,
+    config: str | None = None,
 ) -> CheckContext:
     """A :class:`CheckContext` holding a snapshot of the environment (``os.environ`` by default).
 
     Checks read variables from ``context.env`` rather than ``os.environ`` so that a test, or
     ``thub train`` checking the environment its child will get, can hand them another one.
+    ``config``: a run's config file, for the checks that look at its parameters (trackers).
     """
-    return CheckContext(backend=backend, output_dir=output_dir, env=dict(os.environ if env is None else env))
+    return CheckContext(backend=backend, output_dir=output_dir, env=dict(os.environ if env is None else env),
+                        config=config)
 
 
 def order_checks(checks: Iterable[CheckSpec], plugin_order: Sequence[str] = ()) -> list[CheckSpec]:

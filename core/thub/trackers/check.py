@@ -2,7 +2,8 @@
 an unreachable MLflow server, W&B online without an API key.
 
 ``thub train`` calls :func:`validate` after resolving (a problem is a usage error, exit 2, with the
-fix; nothing is written), and ``thub doctor`` runs :func:`check` as ``core.trackers``. A package
+fix; nothing is written), and ``thub doctor`` runs :func:`check` as ``core.trackers`` (on a run's
+config file with ``--config``: the same :func:`problems`). A package
 is looked for where the tracker is logged: in the backend's interpreter when its library logs
 (a managed environment: that interpreter, in a subprocess), in thub's own when thub logs from the
 parent. Nothing is imported here: packages are found with ``importlib.util.find_spec``.
@@ -180,9 +181,33 @@ def env_params(environ: Mapping[str, str]) -> dict[str, str]:
             if environ.get(f"THUB_{name.upper()}")}
 
 
+def _config_params(context: CheckContext, backend: BackendSpec | None
+                   ) -> tuple[dict[str, Any], BackendSpec | None, str | None]:
+    """The parameters of ``thub doctor --config FILE``, its backend and algorithm: resolved as
+    ``thub train`` resolves them when the file names its algorithm, else the file's tracker
+    parameters over ``THUB_*`` variables (the routes then hold for every algorithm of the backend)."""
+    from thub.config.resolve import read_config_file, resolve
+    from thub.errors import UsageError
+    from thub.manager import get_registry
+
+    assert context.config is not None
+    values = read_config_file(context.config).values
+    if values.get("algorithm"):
+        try:
+            resolved = resolve(get_registry(), str(values["algorithm"]), backend=context.backend,
+                               config_file=context.config, environ=context.env)
+            return resolved.values(), resolved.backend, resolved.algorithm.name
+        except UsageError:
+            pass  # another parameter is wrong (`thub train` names it); the trackers are still checked
+    params = {**env_params(context.env), **{k: v for k, v in values.items() if k in TRACKER_PARAMS and v}}
+    params["ckpt_output_dir"] = str(values.get("ckpt_output_dir") or context.output_dir or ".")
+    return params, backend, None
+
+
 def check(context: CheckContext) -> CheckResult:
-    """``core.trackers``: the tracker packages here and, for trackers turned on by ``THUB_*``
-    variables, whether they would work (a run's config file is checked by ``thub train`` itself)."""
+    """``core.trackers``: the tracker packages here and whether the trackers a run turns on would
+    work, with the same checks as ``thub train``: those of the config file (``thub doctor
+    --config FILE``), else those turned on by ``THUB_*`` variables."""
     from thub.selection import installed_version
     from thub.specs import CheckResult
 
@@ -191,20 +216,25 @@ def check(context: CheckContext) -> CheckResult:
         from thub.manager import get_registry
 
         backend = get_registry().backends.get(context.backend)
+    algorithm = None
+    if context.config:
+        params, backend, algorithm = _config_params(context, backend)
+    else:
+        params = {**env_params(context.env), "ckpt_output_dir": context.output_dir or "."}
     details = []
     for tracker in TRACKERS:
-        where = _where(backend, None, tracker)
+        where = _where(backend, algorithm, tracker)
         python = _python(backend, where)
         version = next((f"{d} {v}" for d in tracker.distributions if (v := installed_version(d))), None)
         state = (f"{version}" if version else "not installed") if python is None else (
             "installed" if _find(tracker.module, python) else "not installed") + f" in {python}"
         via = f"{backend.name}'s library" if backend and where == "library" else "thub (parent process)"
         details.append(f"{tracker.title}: {state}; logged by {via}")
-    params = {**env_params(context.env), "ckpt_output_dir": context.output_dir or "."}
-    found = problems(params, backend, None, context.env)
+    found = problems(params, backend, algorithm, context.env)
     if found:
         return CheckResult("fail", "; ".join(p.summary for p in found), tuple(details),
                            fix="\n".join(p.fix for p in found), docs="docs/trackers.md")
     on = [BY_NAME[t.name].title for t in enabled(params)]
-    summary = f"{', '.join(on)} ready" if on else "no tracker turned on by THUB_* variables"
+    source = "the config file" if context.config else "THUB_* variables"
+    summary = f"{', '.join(on)} ready" if on else f"no tracker turned on by {source}"
     return CheckResult("ok", summary, tuple(details))
