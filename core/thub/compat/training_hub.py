@@ -451,7 +451,7 @@ def translate_layers(
         renamed: dict[str, str] = {}
         rules = {key: rule_for(algorithm, key, infos) for key in layer}
         for key, (value, source) in layer.items():
-            if key in infos and rules[key] is not None and rules[key].convert is None:
+            if key in infos and (rule := rules[key]) is not None and rule.convert is None:
                 new[key] = (value, source)  # thub's own parameter (same name as Training Hub's, or thub-only)
         for key, (value, source) in layer.items():
             rule = rules[key]

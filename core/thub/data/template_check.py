@@ -93,6 +93,7 @@ def check_checkpoints(model_path: str, checkpoints: list[str]) -> dict[str, Any]
             continue
         report["checked"].append(checkpoint)
         found_source, found_special = load_template(path)
+        problem: str | None
         if found_source is None:
             problem = "no chat template saved (tokenizer files without one): tool calls would be lost when served"
         else:

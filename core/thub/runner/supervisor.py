@@ -77,7 +77,7 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
     # the first requirement is the training library by convention (e.g. "trl>=1.16")
     library_name = Requirement(backend.requirements[0]).name if backend.requirements else None
     values = resolved.values()
-    record = {
+    record: dict[str, Any] = {
         "schema_version": 1,
         "algorithm": resolved.algorithm.name,
         "backend": backend.name,
@@ -420,7 +420,7 @@ def supervise(
         reason = (f"stopped at once by a second signal ({name}); no checkpoint was saved for the stop: "
                   "--resume continues from the latest complete one")
         result = {**base, "status": "interrupted", "reason": reason, "final_checkpoint": None}
-    elif saved and code not in (0, None) and not stopped:
+    elif saved and result is not None and code not in (0, None) and not stopped:
         # the model and result were saved; a crash while the library shuts down (vLLM/Ray
         # teardown) does not undo that
         result["note"] = f"the child exited with code {code} after writing its result; see {run_dir.log_file}"
@@ -438,6 +438,7 @@ def supervise(
             removed = _drop_incomplete_checkpoints(run_dir, started)
             if removed:
                 result["note"] = f"removed the half-written {', '.join(removed)} (the disk is full)"
+    assert result is not None  # every branch above leaves one (for the type checker)
     if stopped:
         result["note"] = f"the child did not exit within {_grace_seconds():g} s of writing its result and was stopped"
     if result["status"] == "interrupted" and not result.get("reason") and supervisor.signals:
