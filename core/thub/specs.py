@@ -12,7 +12,10 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # pydantic is imported only where a parameter model is loaded
+    from pydantic import BaseModel
 
 
 def load_object(import_string: str) -> Any:
@@ -61,7 +64,8 @@ class AlgorithmSpec(_Registered):
     data_formats: tuple[str, ...] = ()
     provenance: Provenance = Provenance()
 
-    def load_parameters(self) -> type:
+    def load_parameters(self) -> type[BaseModel]:
+        """The parameter model (a pydantic model class) named by :attr:`parameters`."""
         return load_object(self.parameters)
 
 
