@@ -26,7 +26,7 @@ from typing import Any
 from thub.data.formats import DatasetSource
 from thub.data.loading import load_sources
 from thub.data.mixing import mix_loaded
-from thub.data.tokenize import IGNORE, TokenizeStats, tokenize_chat, tokenize_documents
+from thub.data.tokenize import IGNORE, Sample, TokenizeStats, encode_chat, tokenize_documents
 from thub.data.training import TrainingData
 from thub.errors import UsageError
 
@@ -102,17 +102,20 @@ def _sidecar(output: Path) -> Path:
 
 
 def _tokenize(rows: Sequence[dict[str, Any]], kind: str, tokenizer: Any, settings: dict[str, Any],
-              locations: Sequence[str], template: Any, sink: Any = None) -> tuple[list[dict[str, list[int]]],
-                                                                                  TokenizeStats]:
+              locations: Sequence[str], template: Any, sink: Any = None,
+              ) -> tuple[list[Sample | dict[str, list[int]]], TokenizeStats]:
+    """Samples of one chunk: ``(ids, trained ranges)`` (chat, documents) or dicts (processed rows)."""
     # overlong="error" runs as "drop" per chunk so the final error counts every offender.
     overlong = "drop" if settings["overlong"] == "error" else settings["overlong"]
     if kind == "chat":
-        return tokenize_chat(rows, tokenizer, settings["max_seq_len"], unmask=settings["unmask"], overlong=overlong,
-                             locations=locations, template=template, sink=sink)
+        return encode_chat(rows, tokenizer, settings["max_seq_len"], unmask=settings["unmask"],  # type: ignore[return-value]
+                           overlong=overlong, locations=locations, template=template, sink=sink)
     if kind == "document":
-        return tokenize_documents(rows, tokenizer, settings["max_seq_len"], overlong=overlong, locations=locations)
+        docs, stats = tokenize_documents(rows, tokenizer, settings["max_seq_len"], overlong=overlong,
+                                         locations=locations)
+        return [(sample["input_ids"], None) for sample in docs], stats  # every token trained
     stats = TokenizeStats(samples_in=len(rows))  # processed: pass through, apply the length policy
-    out = []
+    out: list[Sample | dict[str, list[int]]] = []
     limit = settings["max_seq_len"]
     for row, where in zip(rows, locations, strict=True):
         ids, labels = row["input_ids"], row["labels"]
@@ -132,14 +135,40 @@ def _tokenize(rows: Sequence[dict[str, Any]], kind: str, tokenizer: Any, setting
     return out, stats
 
 
-def _write_jsonl(handle: Any, samples: list[dict[str, list[int]]]) -> None:
+def _masked(count: int) -> str:
+    """``count`` ignored labels as JSON list items (without brackets)."""
+    return "-100, " * (count - 1) + "-100"
+
+
+def _write_jsonl(handle: Any, samples: Sequence[Sample | dict[str, list[int]]]) -> None:
     # num_loss_counted_tokens as mini-trainer counts it: labels[1:], since the first token is
-    # never predicted. `str(list)` of ints is valid JSON and the fastest way to write it.
+    # never predicted. `str(list)` of ints is valid JSON and the fastest way to write it; the
+    # labels of a (ids, ranges) sample are assembled from slices of ids and runs of -100 in the
+    # same format, without a labels list.
     lines = []
     for sample in samples:
-        ids, labels = sample["input_ids"], sample["labels"]
-        counted = len(labels) - labels.count(IGNORE) - (labels[0] != IGNORE)
-        lines.append(f'{{"input_ids": {ids}, "labels": {labels}, "len": {len(ids)}, '
+        if isinstance(sample, dict):
+            ids, labels = sample["input_ids"], sample["labels"]
+            counted = len(labels) - labels.count(IGNORE) - (labels[0] != IGNORE)
+            labels_text = str(labels)
+        else:
+            ids, ranges = sample
+            if ranges is None:
+                labels_text, counted = None, len(ids) - 1
+            else:
+                pieces, pos, counted = [], 0, 0
+                for a, b in ranges:
+                    if a > pos:
+                        pieces.append(_masked(a - pos))
+                    pieces.append(str(ids[a:b])[1:-1])
+                    counted += b - a
+                    pos = b
+                if pos < len(ids):
+                    pieces.append(_masked(len(ids) - pos))
+                labels_text = "[" + ", ".join(pieces) + "]"
+                counted -= bool(ranges) and ranges[0][0] == 0
+        ids_text = str(ids)
+        lines.append(f'{{"input_ids": {ids_text}, "labels": {labels_text or ids_text}, "len": {len(ids)}, '
                      f'"num_loss_counted_tokens": {counted}}}\n')
     handle.write("".join(lines))
 
@@ -240,14 +269,14 @@ def _prepare_into(tmp: Path, parts: list[str], rows: list[dict[str, Any]], locat
         n = len(rows)
         workers = max(1, min(num_proc, n // 256 or 1))
         if workers == 1 or sys.platform == "win32" or "fork" not in _mp_methods():
-            parts.append(str(tmp) + ".part0")
+            parts.append(str(tmp))  # one shard: written straight into the output's temporary file
             stats = _run_shard(0, 0, n, parts[0])
         else:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
             bounds = [n * k // workers for k in range(workers + 1)]
-            parts.extend(f"{tmp}.part{k}" for k in range(workers))
+            parts.extend([str(tmp)] + [f"{tmp}.part{k}" for k in range(1, workers)])  # shard 0 into tmp
             # One tokenizer thread per worker: the processes already share the cores, and a Rust
             # thread pool inherited through fork could deadlock (tokenizers warns about it).
             previous = os.environ.get("TOKENIZERS_PARALLELISM")
@@ -265,8 +294,8 @@ def _prepare_into(tmp: Path, parts: list[str], rows: list[dict[str, Any]], locat
                 else:
                     os.environ["TOKENIZERS_PARALLELISM"] = previous
         stats.samples_in = n
-        with open(tmp, "wb") as target:
-            for part in parts:
+        with open(tmp, "ab") as target:  # the other shards after shard 0, in order
+            for part in parts[1:]:
                 with open(part, "rb") as source:
                     while block := source.read(1 << 22):
                         target.write(block)
