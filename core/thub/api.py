@@ -44,11 +44,15 @@ def plan_data(resolved: ResolvedConfig) -> dict[str, Any]:
 
 
 def dry_run_plan(resolved: ResolvedConfig) -> dict[str, Any]:
-    """:func:`plan_data` and, for a distributed run, the torchrun settings with their sources
-    (what ``thub train ... --dry-run --json`` prints)."""
+    """:func:`plan_data`, the route of each tracker the run turns on and, for a distributed run,
+    the torchrun settings with their sources (what ``thub train ... --dry-run --json`` prints)."""
     from thub.launch.torchrun import is_distributed, torchrun_sources
+    from thub.trackers import plan as tracker_plan
 
     data = plan_data(resolved)
+    trackers = tracker_plan(resolved.values(), resolved.backend, resolved.algorithm.name)
+    if trackers:  # which process logs each tracker, and where its run goes
+        data["trackers"] = trackers
     if is_distributed(resolved.values()):
         data["torchrun"] = torchrun_sources(resolved.values(), resolved.sources)
     return data

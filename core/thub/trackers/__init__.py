@@ -122,6 +122,28 @@ def wandb_dir(params: Mapping[str, Any], environ: Mapping[str, str] | None = Non
     return environ.get("WANDB_DIR") or str(params["ckpt_output_dir"])
 
 
+def plan(params: Mapping[str, Any], backend: BackendSpec, algorithm: str) -> dict[str, dict[str, str]]:
+    """For the dry-run plan: each tracker the run turns on, its route, who logs it and where its run
+    goes (a tracking URI redacted as in ``thub_run.json``)."""
+    from thub.redact import redact
+
+    found = {}
+    for tracker in enabled(params):
+        where_to = route(backend, algorithm, tracker)
+        if tracker.name == "tensorboard":
+            where = str(params["tensorboard_log_dir"])
+        elif tracker.name == "mlflow":
+            experiment = params.get("mlflow_experiment_name")
+            where = (f"{redact(str(params['mlflow_tracking_uri']), 'mlflow_tracking_uri')} ("
+                     f"{f'experiment {experiment}, ' if experiment else ''}run {run_name(params, 'mlflow')})")
+        else:
+            mode = os.environ.get("WANDB_MODE", "online")
+            where = f"project {params['wandb_project']} (run {run_name(params, 'wandb')}, {mode})"
+        by = f"{backend.name}'s library" if where_to == "library" else "thub (parent process)"
+        found[tracker.name] = {"route": where_to, "logged_by": by, "where": where}
+    return found
+
+
 def run_metadata(record: Mapping[str, Any]) -> dict[str, Any]:
     """What goes to the tracker's params/config, from ``thub_run.json``: algorithm, backend,
     versions and every resolved parameter with its source, secrets redacted."""

@@ -33,6 +33,10 @@ def show_plan(resolved: Any, as_json: bool, footer: str | None = "Dry run: nothi
         import yaml
 
         out.print(yaml.safe_dump(data["translation"], sort_keys=False, default_flow_style=False).rstrip(), markup=False)
+    if data.get("trackers"):
+        out.print("\n[bold]Experiment trackers[/bold] (docs/trackers.md):")
+        table(None, ["tracker", "logged by", "where"],
+              [[name, t["logged_by"], t["where"]] for name, t in data["trackers"].items()])
     if "torchrun" in data:
         out.print("\n[bold]torchrun settings[/bold] (explicit > PET_* environment > defaults):")
         table(None, ["setting", "value", "source"],
