@@ -154,8 +154,8 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def extract(rows: list[dict[str, Any]], metric: str, x_axis: str, where: str) -> tuple[list[float], list[float], str,
-                                                                                       list[str]]:
+def extract(rows: list[dict[str, Any]], metric: str, x_axis: str,
+            where: str) -> tuple[list[float], list[float], str, list[str]]:
     """(xs, ys, key used, notes) for ``metric`` against ``x_axis``; lines without the metric are skipped."""
     keys = METRIC_KEYS.get(metric, (metric,))
     key = next((k for k in keys if any(_number(row.get(k)) is not None for row in rows)), None)
