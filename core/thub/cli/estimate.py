@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from thub.cli.param_options import flag_values, option_for
+from thub.cli.param_options import AlgorithmGroup, flag_values, option_for
 from thub.config.fields import param_infos
 from thub.errors import UsageError
 from thub.manager import Registry, get_registry
@@ -159,18 +159,7 @@ def _make_command(algorithm: str) -> click.Command:
     )
 
 
-class EstimateGroup(click.Group):
-    """One subcommand per registered algorithm; an unknown one is a usage error naming the known."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(get_registry().algorithms)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        get_registry().algorithm(name)  # raises UsageError (exit 2) with did-you-mean
-        return _make_command(name)
-
-
-@click.group(cls=EstimateGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=AlgorithmGroup, make_command=_make_command, context_settings={"help_option_names": ["-h", "--help"]})
 def estimate() -> None:
     """\b
     Examples:

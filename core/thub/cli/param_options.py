@@ -1,10 +1,12 @@
 """Click options generated from an algorithm's parameter model (never written by hand), shared by
-``thub train ALGO`` and ``thub estimate ALGO``: one option per field, the values the user gave, and
-which parameters any installed backend honours (``thub config schema`` marks the others).
+``thub train ALGO`` and ``thub estimate ALGO``: one option per field, the values the user gave,
+which parameters any installed backend honours (``thub config schema`` marks the others), and the
+group of one subcommand per registered algorithm.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -64,3 +66,34 @@ def flag_values(infos: dict[str, ParamInfo], given: dict[str, Any]) -> dict[str,
         else:
             values[name] = value
     return values
+
+
+class AlgorithmGroup(click.Group):
+    """One subcommand per registered algorithm (``thub train``, ``thub estimate``), each built by
+    ``make_command(algorithm)`` when asked for. An unknown algorithm is a usage error with a
+    did-you-mean (``sfft``, ``lora-sft``) rather than click's bare "No such command" (exit 2)."""
+
+    def __init__(self, *args: Any, make_command: Callable[[str], click.Command], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.make_command = make_command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from thub.manager import get_registry
+
+        return sorted(get_registry().algorithms)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                            list[str]]:
+        from thub.manager import get_registry
+
+        if args and not args[0].startswith("-") and not ctx.resilient_parsing \
+                and args[0] not in get_registry().algorithms:  # (not while completing a shell word)
+            get_registry().algorithm(args[0])  # raises UsageError with the suggestion
+        return super().resolve_command(ctx, args)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        from thub.manager import get_registry
+
+        if name not in get_registry().algorithms:
+            return None
+        return self.make_command(name)

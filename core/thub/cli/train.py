@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from thub.cli.param_options import flag_values, honoured_somewhere, option_for
+from thub.cli.param_options import AlgorithmGroup, flag_values, honoured_somewhere, option_for
 from thub.config.fields import param_infos
 from thub.manager import get_registry
 from thub.ui.output import console, emit_json
@@ -122,26 +122,7 @@ def _warn_unknown_variables() -> None:
         console().print(f"[yellow]warning:[/yellow] {line}", markup=True, highlight=False)
 
 
-class AlgorithmGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(get_registry().algorithms)
-
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
-                                                                            list[str]]:
-        # An unknown algorithm gets a did-you-mean (`sfft`, `lora-sft`) rather than click's
-        # bare "No such command" (exit 2 either way).
-        if args and not args[0].startswith("-") and not ctx.resilient_parsing \
-                and args[0] not in get_registry().algorithms:  # (not while completing a shell word)
-            get_registry().algorithm(args[0])  # raises UsageError with the suggestion
-        return super().resolve_command(ctx, args)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in get_registry().algorithms:
-            return None
-        return _make_command(name)
-
-
-@click.group(cls=AlgorithmGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=AlgorithmGroup, make_command=_make_command, context_settings={"help_option_names": ["-h", "--help"]})
 def train() -> None:
     """\b
     Examples:
