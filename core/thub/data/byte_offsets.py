@@ -60,7 +60,7 @@ def offset_ranges(enc: Any, spans: Sequence[Span]) -> list[Range]:
                 break
         if a is None:
             continue
-        b = None
+        b = a  # the loop below finds a's token at the latest
         for char in range(end - 1, start - 1, -1):
             b = char_to_token(char)
             if b is not None:
@@ -94,7 +94,7 @@ class ByteLocator:
         ends = np.cumsum(self.lengths[np.fromiter(ids, dtype=np.intp, count=n)])
         if int(ends[-1]) != nbytes:
             return None
-        points = []
+        points: list[int] = []
         for start, end in spans:
             if end > start:
                 points += (start, end - 1)  # the first and the last character of the span
