@@ -82,6 +82,10 @@ python -c "import venv, ensurepip"
 # Lint (issue 16): ruff's rules and line length from pyproject.toml, over the whole tree; a few seconds.
 python -m pip install --quiet "ruff==0.17.6"
 ruff check .
+# Types (issue 16): mypy over core/thub and plugins/thub_builtins ([tool.mypy] in pyproject.toml; the ML
+# stacks are not followed), ~10 s.
+python -m pip install --quiet "mypy==2.4.1" "types-PyYAML==6.0.12.20261122"
+mypy
 
 # The README's test command (exit code 5 = no tests collected is a failure here, never a pass).
 exec bash scripts/test.sh "$@"
