@@ -27,6 +27,18 @@ def demo_data() -> Path:
     return EXAMPLES / "data"
 
 
+
+@pytest.fixture(scope="session")
+def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One SQLite MLflow store for the session (creating one runs MLflow's migrations: seconds);
+    tests that only read back their own run ids share it."""
+    pytest.importorskip("mlflow")
+    from thub.trackers.sink import ensure_experiment
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    ensure_experiment(uri, "Default")  # creates the tables once
+    return uri
+
 # --- optional plugins and libraries: skip, never a collection error ------------------------------
 # After the README's first command (scripts/setup.sh) only the trl backend is installed; the
 # second (scripts/test-all.sh) installs the rest. A plugin's tests, or a test module importing a

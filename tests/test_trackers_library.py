@@ -85,7 +85,7 @@ TRACKERS = {"mini-trainer": ("wandb", "mlflow"), "instructlab-training": ("tenso
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", sorted(SCRIPTS))
-def test_library_opened_runs_carry_thubs_parameters(backend: str, tmp_path: Path,
+def test_library_opened_runs_carry_thubs_parameters(backend: str, tmp_path: Path, mlflow_store: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
@@ -103,7 +103,7 @@ def test_library_opened_runs_carry_thubs_parameters(backend: str, tmp_path: Path
         monkeypatch.delenv(name, raising=False)
     run_dir = tmp_path / "my-run"
     (run_dir / "logs").mkdir(parents=True)
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = mlflow_store
     values = {"ckpt_output_dir": str(run_dir), "learning_rate": 0.001, "mlflow_tracking_uri": store,
               "wandb_project": "thub-tests", "tensorboard_log_dir": str(tmp_path / "tb")}
     record = {"algorithm": "sft", "backend": backend, "versions": {"thub": "test"},

@@ -190,8 +190,8 @@ def test_library_failure_is_raised(tiny_model: Path, demo_data: Path, tmp_path: 
         run(_context("sft", params))
 
 
-def test_tracker_runs_mini_trainer_opens_get_thubs_parameters(tiny_model: Path, demo_data: Path, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tracker_runs_mini_trainer_opens_get_thubs_parameters(
+        tiny_model: Path, demo_data: Path, tmp_path: Path, mlflow_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Up to the GPU boundary (``run_training``): mini-trainer starts with ``MLFLOW_RUN_ID`` naming the
     run thub created, holding thub's parameters, and ``WANDB_SWEEP_PARAM_PATH`` naming thub's W&B
     config. That mini-trainer's own wrappers attach to them: tests/test_trackers_library.py."""
@@ -210,7 +210,7 @@ def test_tracker_runs_mini_trainer_opens_get_thubs_parameters(tiny_model: Path, 
         fake(torch_args, train_args)
 
     monkeypatch.setattr(mini_trainer, "run_training", recording)
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = mlflow_store
     params = _params("sft", tiny_model, demo_data / "chat.jsonl", tmp_path / "run", mlflow_tracking_uri=store,
                      wandb_project="thub-tests")
     context = _context("sft", params)

@@ -99,7 +99,7 @@ def test_run_against_stand_in_verl(fake_verl: Path, tmp_path: Path) -> None:
     assert outcome["summary"]["mean_reward"] == 0.5 and not outcome["interrupted"]
 
 
-def test_verls_own_tracker_runs_get_thubs_parameters(fake_verl: Path, tmp_path: Path) -> None:
+def test_verls_own_tracker_runs_get_thubs_parameters(fake_verl: Path, tmp_path: Path, mlflow_store: str) -> None:
     """verl starts with MLFLOW_RUN_ID naming the run thub created (in verl's experiment, its project)
     and WANDB_SWEEP_PARAM_PATH naming thub's W&B config; verl's own Tracking attaching to them is
     tests/test_trackers_library.py."""
@@ -108,7 +108,7 @@ def test_verls_own_tracker_runs_get_thubs_parameters(fake_verl: Path, tmp_path: 
     from mlflow import MlflowClient
     from thub_plugin_verl.runner import run
 
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = mlflow_store
     context = context_for(tmp_path, mlflow_tracking_uri=store, wandb_project="thub-tests")
     context.record = {"algorithm": "lora_grpo", "backend": "verl",
                       "parameters": {k: {"value": v, "source": "test"} for k, v in context.params.items()}}
