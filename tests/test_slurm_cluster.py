@@ -83,6 +83,7 @@ def test_sft_demo_runs_to_completion_on_slurm(slurm_env: dict[str, str], tiny_mo
                      "--gpus-per-node", "2", "--max-steps", "4", "--effective-batch-size", "4", "--time", "5")
     record = json.loads((out / "thub_run.json").read_text())
     assert record["launch"]["job_ids"] == job_ids and record["launch"]["cluster"] == "local"
+    assert (out / "thub_data" / "rows.json").is_file()  # validated at submit time; the job's children read it
     status = wait(out, slurm_env, 240)
     assert status["status"] == "succeeded", status["_logs"]
     assert status["jobs"][0]["state"] == "COMPLETED" and status["jobs"][0]["exit_code"] == "0:0"
