@@ -17,6 +17,7 @@ from thub_plugin_minitrainer.metrics import estimate_max_steps
 from thub_plugin_minitrainer.translate import TRIGGER_DIR, translate
 
 from thub.config.resolve import resolve
+from thub.errors import UsageError
 from thub.manager import load_registry
 from thub.runner.context import RunContext
 from thub.runner.metrics import read_metrics
@@ -200,8 +201,9 @@ def test_tracker_runs_mini_trainer_opens_get_thubs_parameters(
     from mlflow import MlflowClient
     from thub_plugin_minitrainer.runner import run
 
-    for name in ("MLFLOW_RUN_ID", "WANDB_SWEEP_PARAM_PATH"):
+    for name in ("MLFLOW_RUN_ID", "WANDB_SWEEP_PARAM_PATH", "WANDB_API_KEY"):
         monkeypatch.setenv(name, "")  # the runner sets them in os.environ: removed again after the test
+    monkeypatch.setenv("WANDB_MODE", "offline")
     seen: dict[str, Any] = {}
     fake = FakeMiniTrainer(steps=2)
 
@@ -225,3 +227,33 @@ def test_tracker_runs_mini_trainer_opens_get_thubs_parameters(
     record = json.loads((tmp_path / "run" / "trackers.json").read_text())
     assert record["mlflow"] == {"route": "library", "via": "mini-trainer", "run_id": seen["MLFLOW_RUN_ID"],
                                 "tracking_uri": store, "experiment": "Default"}
+
+
+def test_wandb_offline_starts_without_an_api_key(tiny_model: Path, demo_data: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """mini-trainer's train.py refuses W&B unless WANDB_API_KEY is set, offline too (the fake repeats
+    its check at the GPU boundary); online without the variable is refused before the data is prepared."""
+    from thub_plugin_minitrainer.runner import run
+
+    monkeypatch.setenv("WANDB_API_KEY", "")
+    monkeypatch.delenv("WANDB_API_KEY")  # unset, and restored after the test (the runner may set it)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SWEEP_PARAM_PATH", "")
+    fake = FakeMiniTrainer(steps=2)
+
+    def as_mini_trainer(torch_args: Any, train_args: Any) -> None:
+        if train_args.wandb_project and os.environ.get("WANDB_API_KEY") is None:  # mini_trainer/train.py
+            raise ValueError("WANDB_API_KEY is not set. Please set the WANDB_API_KEY environment variable.")
+        fake(torch_args, train_args)
+
+    monkeypatch.setattr(mini_trainer, "run_training", as_mini_trainer)
+    params = _params("sft", tiny_model, demo_data / "chat.jsonl", tmp_path / "run", wandb_project="thub-tests")
+    run(_context("sft", params))
+    assert fake.calls
+
+    monkeypatch.delenv("WANDB_API_KEY")
+    monkeypatch.setenv("WANDB_MODE", "online")
+    with pytest.raises(UsageError, match="WANDB_API_KEY"):
+        run(_context("sft", _params("sft", tiny_model, demo_data / "chat.jsonl", tmp_path / "online",
+                                    wandb_project="thub-tests")))
+    assert not list((tmp_path / "online").rglob("*.jsonl"))  # refused before the data was prepared
