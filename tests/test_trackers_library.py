@@ -154,3 +154,17 @@ def test_other_ranks_and_nodes_prepare_nothing(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("RANK", "2")
     assert library_tracker_environment(context, ("wandb",), via="x") == {}
     assert not (tmp_path / "trackers.json").exists()
+
+
+def test_a_library_that_needs_wandb_api_key_gets_an_empty_one_offline_and_an_error_online() -> None:
+    """mini-trainer refuses W&B without WANDB_API_KEY and ART leaves it out silently (ART's
+    ``_get_wandb_run``), offline too; neither reads ~/.netrc."""
+    from thub.errors import UsageError
+    from thub.trackers.library import wandb_key_environment
+
+    params = {"wandb_project": "p"}
+    assert wandb_key_environment(params, "ART", {"WANDB_MODE": "offline"}) == {"WANDB_API_KEY": ""}
+    assert wandb_key_environment(params, "ART", {"WANDB_API_KEY": "k"}) == {}
+    assert wandb_key_environment({}, "ART", {}) == {}
+    with pytest.raises(UsageError, match="ART logs to W&B only with WANDB_API_KEY set"):
+        wandb_key_environment(params, "ART", {})

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +125,23 @@ def library_tracker_environment(context: RunContext, trackers: Iterable[str], *,
         if info:
             update_record(context.run_dir.path, name, {"route": "library", "via": via, **info})
     return env
+
+
+def wandb_key_environment(params: Mapping[str, Any], library: str,
+                          environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """For a library that logs to W&B only when ``WANDB_API_KEY`` is set and never reads
+    ``~/.netrc`` (mini-trainer refuses to start without it, ART leaves W&B out silently), offline
+    too. Offline (``WANDB_MODE`` offline/disabled/dryrun) an empty key lets it log locally (W&B
+    needs none); online without the variable is a usage error naming the fix, before the run."""
+    environ = os.environ if environ is None else environ
+    if not params.get("wandb_project") or environ.get("WANDB_API_KEY") is not None:
+        return {}
+    if environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun"):
+        return {"WANDB_API_KEY": ""}
+    from thub.errors import UsageError
+
+    raise UsageError(f"{library} logs to W&B only with WANDB_API_KEY set (it does not read ~/.netrc): "
+                     "export WANDB_API_KEY=...; or log locally without an account: export WANDB_MODE=offline")
 
 
 def _prepare_wandb(context: RunContext, metadata: dict[str, Any], _: str | None) -> tuple[dict[str, str], dict]:

@@ -209,8 +209,10 @@ def run(context: RunContext) -> dict[str, Any]:
     """Train LoRA GRPO with ART according to ``translate(algorithm, params)``."""
     plan = translate(context.algorithm, context.params)
     os.environ.update(plan["environment"])  # before ART's import: IMPORT_UNSLOTH, CUDA_VISIBLE_DEVICES
-    from thub.backend import library_tracker_environment
+    from thub.backend import library_tracker_environment, wandb_key_environment
 
+    # ART leaves W&B out without WANDB_API_KEY (offline too): an empty key offline, an error online
+    os.environ.update(wandb_key_environment(context.params, "ART"))
     # thub's parameters (with their sources) into the W&B run ART opens itself
     os.environ.update(library_tracker_environment(context, ("wandb",), via="ART"))
     import art

@@ -19,7 +19,7 @@ from typing import Any
 
 from thub.backend import RunContext, truncate_after
 from thub_plugin_minitrainer.metrics import MetricsConverter, estimate_max_steps, hf_checkpoints, latest_full_state
-from thub_plugin_minitrainer.translate import TRIGGER_DIR, translate, wandb_environment
+from thub_plugin_minitrainer.translate import TRIGGER_DIR, translate
 
 POLL_SECONDS = 0.5
 
@@ -74,7 +74,10 @@ def run(context: RunContext) -> dict[str, Any]:
     params = context.params
     plan = translate(context.algorithm, params)
     os.environ.update(plan["environment"])  # before mini_trainer is imported: it reads the trigger name then
-    os.environ.update(wandb_environment(params))  # before the data: an online run without a key stops here
+    from thub.backend import wandb_key_environment
+
+    # mini-trainer refuses W&B without WANDB_API_KEY: before the data, an online run without one stops here
+    os.environ.update(wandb_key_environment(params, "mini-trainer"))
     # run_training starts `torchrun` by name: use the one next to this interpreter
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     train = plan["training_args"]

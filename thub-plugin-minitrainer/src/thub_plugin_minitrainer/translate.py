@@ -218,20 +218,6 @@ def _check(params: Mapping[str, Any]) -> None:
                          f"to at least {params['max_seq_len']} or lower max_seq_len")
 
 
-def wandb_environment(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """What mini-trainer's W&B logging needs in the environment: its ``train.py`` refuses W&B unless
-    ``WANDB_API_KEY`` is set, offline too, and never reads ``~/.netrc``. Offline (``WANDB_MODE``
-    offline/disabled/dryrun) an empty key lets it start (W&B then needs none); online without the
-    variable is a usage error, before anything runs."""
-    environ = os.environ if environ is None else environ
-    if not params.get("wandb_project") or environ.get("WANDB_API_KEY") is not None:
-        return {}
-    if environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun"):
-        return {"WANDB_API_KEY": ""}
-    raise UsageError("mini-trainer logs to W&B only with WANDB_API_KEY set (it does not read ~/.netrc): "
-                     "export WANDB_API_KEY=...; or log locally without an account: export WANDB_MODE=offline")
-
-
 def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The mini-trainer arguments, the torchrun command and thub's data preparation for ``params``."""
     if algorithm not in HONOURED:
