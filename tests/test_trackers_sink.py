@@ -121,3 +121,22 @@ def test_a_writer_that_fails_while_logging_is_reported_once_and_dropped(
     assert logged == [1, 2, 3]  # dropped after its first failure: no retries, no close of a broken run
     err = capsys.readouterr().err
     assert err.count("ConnectionError: store went away") == 1, err
+
+
+def test_trackers_opening_together_keep_each_others_entry(tmp_path: Path) -> None:
+    """Each parent-sink tracker records itself in trackers.json from its own thread: updates made at
+    the same moment (a barrier releases 16 at once) must not drop one another (16 entries)."""
+    from thub.trackers import read_record, update_record
+
+    barrier = threading.Barrier(16)
+
+    def record(i: int) -> None:
+        barrier.wait()
+        update_record(tmp_path, f"tracker{i}", {"route": "thub", "path": str(i)})
+
+    threads = [threading.Thread(target=record, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(read_record(tmp_path)) == sorted(f"tracker{i}" for i in range(16))

@@ -20,6 +20,7 @@ Pure Python: no tracker package is imported here.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,15 +176,20 @@ def read_record(run_dir: str | Path) -> dict[str, Any]:
     return read_json(Path(run_dir) / RECORD_FILE) or {}
 
 
+_RECORD_LOCK = threading.Lock()  # the parent sink's tracker threads each update trackers.json
+
+
 def update_record(run_dir: str | Path, tracker: str, info: Mapping[str, Any], *, reset: bool = False) -> None:
-    """Merge ``info`` into the tracker's entry of ``trackers.json`` (atomically)."""
+    """Merge ``info`` into the tracker's entry of ``trackers.json`` (atomically; one thread at a time,
+    so that two trackers opening together do not drop each other's entry)."""
     from thub.redact import redact
     from thub.runner.rundir import write_json_atomic
 
-    record = {} if reset else read_record(run_dir)
-    # a tracking URI with a password in it is written redacted, like thub_run.json
-    record[tracker] = {**record.get(tracker, {}), **{k: redact(v, k) for k, v in info.items() if v is not None}}
-    write_json_atomic(Path(run_dir) / RECORD_FILE, record)
+    with _RECORD_LOCK:
+        record = {} if reset else read_record(run_dir)
+        # a tracking URI with a password in it is written redacted, like thub_run.json
+        record[tracker] = {**record.get(tracker, {}), **{k: redact(v, k) for k, v in info.items() if v is not None}}
+        write_json_atomic(Path(run_dir) / RECORD_FILE, record)
 
 
 def describe(tracker: str, info: Mapping[str, Any]) -> str:
