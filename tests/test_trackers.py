@@ -52,6 +52,7 @@ class EchoBackend:
     ("unsloth", "lora_sft", {"tensorboard": "library", "mlflow": "library", "wandb": "library"}),
     ("instructlab-training", "sft", {"tensorboard": "library", "mlflow": "library", "wandb": "library"}),
     ("llamafactory", "lora_sft", {"tensorboard": "library", "mlflow": "library", "wandb": "library"}),
+    ("axolotl", "sft", {"tensorboard": "library", "mlflow": "library", "wandb": "library"}),
     ("verl", "grpo", {"tensorboard": "library", "mlflow": "library", "wandb": "library"}),
     ("mini-trainer", "sft", {"tensorboard": "thub", "mlflow": "library", "wandb": "library"}),
     ("art", "lora_grpo", {"tensorboard": "thub", "mlflow": "thub", "wandb": "library"}),

@@ -63,16 +63,21 @@ def _save_strategy(params: dict[str, Any]) -> str:
 
 
 def _loggers(params: dict[str, Any]) -> dict[str, Any]:
+    from thub.backend import shared_run_name, tracker_run_names
+
+    names = tracker_run_names(params)  # an unnamed run is named after the run directory
+    if len(names) == 2:  # axolotl gives HF Trainer one run_name: wandb_name when W&B is on
+        names = dict.fromkeys(names, shared_run_name(params, "axolotl run_name (HF Trainer's, for W&B and MLflow)"))
     out: dict[str, Any] = {}
     if params.get("wandb_project"):
         out.update({"wandb_project": params["wandb_project"], "wandb_entity": params.get("wandb_entity"),
-                    "wandb_name": params.get("wandb_run_name")})
+                    "wandb_name": names["wandb_run_name"]})
     if params.get("tensorboard_log_dir"):
         out["use_tensorboard"] = True
     if params.get("mlflow_tracking_uri"):
         out.update({"use_mlflow": True, "mlflow_tracking_uri": params["mlflow_tracking_uri"],
                     "mlflow_experiment_name": params.get("mlflow_experiment_name"),
-                    "mlflow_run_name": params.get("mlflow_run_name")})
+                    "mlflow_run_name": names["mlflow_run_name"]})
     return {k: v for k, v in out.items() if v is not None}
 
 
