@@ -74,16 +74,32 @@ class ByteLocator:
 
     VERIFY_ROWS = 32  # rows cross-checked against offsets before the locator is trusted
 
-    def __init__(self, lengths: Any, nfc: bool) -> None:
-        self.lengths = lengths  # numpy int64 array: bytes per token id
+    def __init__(self, backend: Any, nfc: bool) -> None:
+        self.backend = backend
         self.nfc = nfc
+        self.lengths: Any = None  # numpy int64 array: bytes per token id (built by ready())
         self.verified = False
-        self.disabled = False  # a cross-check failed: offsets for everything
+        self.disabled = False  # the table could not be built or a cross-check failed: offsets for everything
+
+    def ready(self) -> bool:
+        """Build the byte-length table on first use; False when this locator cannot be used.
+
+        Built here rather than with the locator, so that importing numpy and reading the
+        vocabulary happen while the first batch is already encoding.
+        """
+        if self.lengths is None and not self.disabled:
+            try:
+                self.lengths = _lengths(self.backend)
+            except Exception:  # noqa: BLE001 - numpy missing or an odd vocabulary: offsets always work
+                self.disabled = True
+        return not self.disabled
 
     def ranges(self, text: str, ids: list[int], spans: Sequence[Span]) -> list[Range] | None:
         """Token ranges of ``spans``, or None when this row must be located through offsets."""
         import numpy as np
 
+        if self.lengths is None and not self.ready():
+            return None
         n = len(ids)
         ascii_text = text.isascii()
         if not ascii_text and self.nfc and not unicodedata.is_normalized("NFC", text):
@@ -94,7 +110,7 @@ class ByteLocator:
         ends = np.cumsum(self.lengths[np.fromiter(ids, dtype=np.intp, count=n)])
         if int(ends[-1]) != nbytes:
             return None
-        points: list[int] = []
+        points = []
         for start, end in spans:
             if end > start:
                 points += (start, end - 1)  # the first and the last character of the span
@@ -139,11 +155,7 @@ def _offsets_untrimmed(post: Any) -> bool:
 
 
 def _build(backend: Any) -> ByteLocator | None:
-    try:
-        import numpy as np
-        from tokenizers import pre_tokenizers
-    except ImportError:  # pragma: no cover - depends on the environment
-        return None
+    """A locator for a tokenizer whose components keep the text's bytes, else None (cheap: no numpy)."""
     model = backend.model
     if type(model).__name__ != "BPE" or backend.truncation or backend.padding:
         return None
@@ -155,19 +167,26 @@ def _build(backend: Any) -> ByteLocator | None:
     keeps, byte_levels = _keeps_text(_state(backend.pre_tokenizer))
     if not keeps or byte_levels != 1 or not _offsets_untrimmed(_state(backend.post_processor)):
         return None
-    added = backend.get_added_tokens_decoder()
-    if any(token.lstrip or token.rstrip or token.single_word for token in added.values()):
+    if any(token.lstrip or token.rstrip or token.single_word for token in backend.get_added_tokens_decoder().values()):
         return None  # such tokens take whitespace or context around them: their bytes are not fixed
+    return ByteLocator(backend, nfc=normalizer is not None)
+
+
+def _lengths(backend: Any) -> Any:
+    """Bytes per token id: one character of the byte alphabet per byte, added tokens as written."""
+    import numpy as np
+    from tokenizers import pre_tokenizers
+
     vocab = backend.get_vocab(with_added_tokens=True)
     lengths = np.full(max(vocab.values(), default=-1) + 1, _NO_BYTES, dtype=np.int64)
     alphabet = set(pre_tokenizers.ByteLevel.alphabet())
     for token, index in vocab.items():
         if token and alphabet.issuperset(token):
-            lengths[index] = len(token)  # one character of the byte alphabet per byte
-    for index, token in added.items():
+            lengths[index] = len(token)
+    for index, token in backend.get_added_tokens_decoder().items():
         if token.content:
             lengths[index] = len(token.content.encode("utf-8"))
-    return ByteLocator(lengths, nfc=normalizer is not None)
+    return lengths
 
 
 def byte_locator(backend: Any) -> ByteLocator | None:

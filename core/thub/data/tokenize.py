@@ -126,6 +126,18 @@ def _chunks(n: int, size: int) -> Iterator[range]:
         yield range(start, min(n, start + size))
 
 
+def _batches(n: int) -> Iterator[range]:
+    """Encode batches of BATCH rows, the last BATCH rows in quarters.
+
+    The pipeline's tail is serial: once the last batch is encoded, only this thread works (its
+    labels and writing). Smaller last batches keep that tail short.
+    """
+    tail = max(0, n - BATCH)
+    yield from _chunks(tail, BATCH)
+    for piece in _chunks(n - tail, max(1, BATCH // 4)):
+        yield range(tail + piece.start, tail + piece.stop)
+
+
 def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int | None, *,
                   unmask: bool = False, overlong: str = "truncate", locations: Sequence[str] | None = None,
                   template: ChatTemplate | None = None,
@@ -200,7 +212,7 @@ def encode_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int
     # Pipeline: while the Rust tokenizer encodes batch k (GIL released), Python renders batch k+1.
     with ThreadPoolExecutor(max_workers=1) as pool, no_gc():
         pending: tuple[list[int], list[str], list[Any], ByteLocator | None, Future[Any]] | None = None
-        for indices in [*_chunks(len(rows), BATCH), None]:
+        for indices in [*_batches(len(rows)), None]:
             nxt = None
             if indices is not None:
                 kept, texts, spans = render(indices)
@@ -236,26 +248,37 @@ def _locate(backend: Any, locator: ByteLocator | None, texts: list[str], spans: 
                 for ids, trained, enc in zip(ids_list, spans, encodings, strict=True)]
     ranges: list[list[Range] | None] = []
     redo = []
+    usable = locator.ready()  # builds the byte table on the first batch, while the next one encodes
     for j, (text, trained, ids) in enumerate(zip(texts, spans, ids_list, strict=True)):
-        found = None if trained is None or locator.disabled else locator.ranges(text, ids, trained)
+        found = None if trained is None or not usable or locator.disabled else locator.ranges(text, ids, trained)
         if trained is not None and found is None:
             redo.append(j)
         ranges.append(found)
     if not locator.verified and not locator.disabled:
         # trust, but verify: the first rows of every process are also located through offsets
         check = [j for j, trained in enumerate(spans) if trained is not None and j not in redo][:locator.VERIFY_ROWS]
-        encs = backend.encode_batch([texts[j] for j in check], add_special_tokens=False) if check else []
+        encs = _with_offsets(backend, [texts[j] for j in check])
         if any(enc.ids != ids_list[j] or offset_ranges(enc, spans[j]) != ranges[j]  # type: ignore[arg-type]
                for j, enc in zip(check, encs, strict=True)):
             locator.disabled = True  # this tokenizer is not what it looked like: offsets from now on
             redo = [j for j, trained in enumerate(spans) if trained is not None]
         locator.verified = True
     if redo:
-        for j, enc in zip(redo, backend.encode_batch([texts[j] for j in redo], add_special_tokens=False),
-                          strict=True):
+        for j, enc in zip(redo, _with_offsets(backend, [texts[j] for j in redo]), strict=True):
             ids_list[j] = enc.ids
             ranges[j] = offset_ranges(enc, spans[j])  # type: ignore[arg-type]
     return list(zip(ids_list, ranges, strict=True))
+
+
+def _with_offsets(backend: Any, texts: list[str]) -> list[Any]:
+    """Encodings with offsets of a few rows, encoded here rather than in the shared thread pool.
+
+    ``encode_batch`` would queue behind the next batch's encode (the Rust pool is busy with it)
+    and stall this thread for that whole batch; a few rows encode faster one by one.
+    """
+    if len(texts) > 64:
+        return backend.encode_batch(texts, add_special_tokens=False)
+    return [backend.encode(text, add_special_tokens=False) for text in texts]
 
 
 def _collect(kept: list[int], located: list[Sample], max_seq_len: int | None, overlong: str, stats: TokenizeStats,
