@@ -181,7 +181,7 @@ def _run_shard(index: int, start: int, stop: int, part: str) -> TokenizeStats:
     """Tokenize rows[start:stop] into the JSONL file ``part``; returns the counts."""
     rows, locations = _SHARED["rows"], _SHARED["locations"]
     tokenizer, kind, settings = _SHARED["tokenizer"], _SHARED["kind"], _SHARED["settings"]
-    template = _template_for(kind, tokenizer)
+    template = _SHARED["template"]
     total = TokenizeStats()
     # Chat samples go to the file batch by batch while the next batch encodes, so memory stays
     # bounded in one pass over the shard (no pipeline drain and restart every CHUNK rows); the
@@ -195,6 +195,16 @@ def _run_shard(index: int, start: int, stop: int, part: str) -> TokenizeStats:
             _write_jsonl(handle, samples)
             total.merge(stats)
     return total
+
+
+def _byte_table_before_fork(tokenizer: Any) -> None:
+    """Import numpy and build the byte-length table once, for every worker (byte_offsets.py)."""
+    from thub.data.byte_offsets import byte_locator
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    locator = byte_locator(backend) if backend is not None else None
+    if locator is not None:
+        locator.ready()
 
 
 def _template_for(kind: str, tokenizer: Any) -> Any:
@@ -267,10 +277,14 @@ def prepare(sources: Sequence[DatasetSource], tokenizer: Any, output: str | os.P
 def _prepare_into(tmp: Path, parts: list[str], rows: list[dict[str, Any]], locations: list[str], kind: str,
                   tokenizer: Any, settings: dict[str, Any], num_proc: int) -> TokenizeStats:
     """Tokenize into ``tmp`` (JSONL), in-process or through ``num_proc`` forked workers."""
-    _SHARED.update(rows=rows, locations=locations, tokenizer=tokenizer, kind=kind, settings=settings)
+    # compiled once, inherited by forked workers
+    _SHARED.update(rows=rows, locations=locations, tokenizer=tokenizer, kind=kind, settings=settings,
+                   template=_template_for(kind, tokenizer))
     try:
         n = len(rows)
         workers = max(1, min(num_proc, n // 256 or 1))
+        if workers > 1 and kind == "chat":
+            _byte_table_before_fork(tokenizer)
         if workers == 1 or sys.platform == "win32" or "fork" not in _mp_methods():
             parts.append(str(tmp))  # one shard: written straight into the output's temporary file
             stats = _run_shard(0, 0, n, parts[0])
