@@ -110,7 +110,7 @@ class ByteLocator:
         ends = np.cumsum(self.lengths[np.fromiter(ids, dtype=np.intp, count=n)])
         if int(ends[-1]) != nbytes:
             return None
-        points = []
+        points: list[int] = []
         for start, end in spans:
             if end > start:
                 points += (start, end - 1)  # the first and the last character of the span
