@@ -99,7 +99,11 @@ def test_library_opened_runs_carry_thubs_parameters(backend: str, tmp_path: Path
 
     from thub.testing import trackers
 
-    for name in ("MLFLOW_RUN_ID", "WANDB_SWEEP_PARAM_PATH", "WANDB_DIR", "MLFLOW_EXPERIMENT_NAME", "PET_NODE_RANK"):
+    # WANDB_SERVICE: left by a wandb.init earlier in this test process (an in-process training or
+    # sink test); a library process inheriting it writes through that service, late. (thub's parent
+    # sink drops it after its own wandb.init, so a thub child does not inherit one.)
+    for name in ("MLFLOW_RUN_ID", "WANDB_SWEEP_PARAM_PATH", "WANDB_DIR", "MLFLOW_EXPERIMENT_NAME", "PET_NODE_RANK",
+                 "WANDB_SERVICE"):
         monkeypatch.delenv(name, raising=False)
     run_dir = tmp_path / "my-run"
     (run_dir / "logs").mkdir(parents=True)

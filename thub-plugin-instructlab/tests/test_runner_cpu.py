@@ -34,6 +34,7 @@ def test_launch_on_cpu_reports_instructlab_root_cause(tiny_model: Path, demo_dat
     for name in ("MLFLOW_RUN_ID", "WANDB_SWEEP_PARAM_PATH"):
         monkeypatch.setenv(name, "")  # the runner sets them in os.environ: removed again after the test
     monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)  # a wandb.init earlier in this test process left it
     monkeypatch.setenv("WANDB_SILENT", "true")
     record = {"algorithm": "sft", "backend": "instructlab-training",
               "parameters": {k: {"value": v, "source": "test"} for k, v in params.items()}}

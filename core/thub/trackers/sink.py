@@ -14,6 +14,7 @@ stderr and dropped: a tracker never stops training.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -169,6 +170,9 @@ class WandbWriter:
                               name=run_name(params, "wandb"), dir=directory, config={"thub": dict(metadata)},
                               id=run_id, resume="allow" if run_id else None, reinit="create_new",
                               settings=settings)
+        # wandb.init leaves its service's address in os.environ: a training child started later
+        # by this process (another run, a library that logs W&B itself) would write through it
+        os.environ.pop("WANDB_SERVICE", None)
         self.run.define_metric("train/global_step")
         self.run.define_metric("*", step_metric="train/global_step", step_sync=True)
 
