@@ -198,6 +198,8 @@ def byte_locator(backend: Any) -> ByteLocator | None:
             locator = _build(backend)
         except Exception:  # noqa: BLE001 - an unusual tokenizer: the offsets path always works
             locator = None
+        if len(_LOCATORS) >= 8:  # a few tokenizers per process at most; keep memory bounded
+            _LOCATORS.pop(next(iter(_LOCATORS)))
         cached = _LOCATORS[key] = (backend, locator)
     locator = cached[1]
     return None if locator is None or locator.disabled else locator
