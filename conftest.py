@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).parent
 EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_in_the_checkout() -> Iterator[None]:
+    """A test (or the code under test) that writes into the working directory (MLflow's ./mlruns,
+    W&B's ./wandb, a stray run directory) fails the session: runs belong under tmp_path."""
+    before = {entry.name for entry in ROOT.iterdir()}
+    yield
+    left = sorted({entry.name for entry in ROOT.iterdir()} - before - {"__pycache__", ".pytest_cache"})
+    assert not left, f"tests left files in the checkout: {left}"
 
 
 @pytest.fixture(scope="session")
