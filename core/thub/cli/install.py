@@ -138,7 +138,7 @@ def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env
         if as_json:
             emit_json({"schema_version": JSON_SCHEMA_VERSION, "dry_run": True, "plans": reports})
         return
-    from thub.envs.runner import execute
+    from thub.envs.installer import execute
 
     results = []
     for plan in plans:
@@ -218,7 +218,7 @@ def uninstall(backend: str, where: str, dry_run: bool) -> None:
             if not dry_run:
                 import subprocess
 
-                from thub.envs.runner import refresh_manifest
+                from thub.envs.installer import refresh_manifest
 
                 subprocess.run(cmd, check=True, capture_output=True)
                 refresh_manifest(manifest)

@@ -1,7 +1,7 @@
 """``thub doctor``: checks as data, a concurrent runner with timeouts, and rendering.
 
 Checks come from plugins through ``thub_register_checks`` (the core's own live in
-``thub_builtins.checks``). This package selects and runs them (:mod:`thub.doctor.runner`),
+``thub_builtins.checks``). This package selects and runs them (:mod:`thub.doctor.execution`),
 renders the report (:mod:`thub.doctor.render`) and collects the ``thub env`` report
 (:mod:`thub.doctor.envreport`). :func:`preflight` is what ``thub train`` calls before launching.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from thub.doctor.runner import (
+from thub.doctor.execution import (
     PREFLIGHT_TAG,
     SLOW_TAG,
     STATUSES,

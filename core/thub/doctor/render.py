@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from thub.doctor.runner import Outcome, counts
+from thub.doctor.execution import Outcome, counts
 
 #: Bumped when a field is removed or changes meaning; adding a field keeps the version.
 SCHEMA_VERSION = 1

@@ -13,7 +13,7 @@ Modules:
 * :mod:`thub.envs.catalog`: which distribution provides a backend name, and from where.
 * :mod:`thub.envs.planner`: the exact commands an install runs, and the current-environment
   conflict check (a resolver dry run compared with the installed plugins' pins).
-* :mod:`thub.envs.runner`: runs a plan (pip, or uv where available), exports the lock and
+* :mod:`thub.envs.installer`: runs a plan (pip, or uv where available), exports the lock and
   writes the manifest.
 * :mod:`thub.envs.describe`: runs *inside* a managed environment: describes its backends and
   translates parameters for a dry run.

@@ -1,7 +1,7 @@
 """Install plans: the exact commands ``thub install`` runs, and the current-environment check.
 
 A plan is data (:class:`Plan`): files to write and commands to run, each with why. ``--dry-run``
-prints it; :mod:`thub.envs.runner` runs it. Rules:
+prints it; :mod:`thub.envs.installer` runs it. Rules:
 
 * **torch first, CPU-safe.** A plugin whose library needs torch gets torch installed by *pip*
   before anything else (pip's configuration may point at local wheels that uv never sees), pinned

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from thub.config.fields import param_infos
-from thub.doctor.runner import PREFLIGHT_TAG, SLOW_TAG
+from thub.doctor.execution import PREFLIGHT_TAG, SLOW_TAG
 from thub.manager import Registry, load_registry
 
 HEAVY_MODULES = ("torch", "transformers", "trl", "peft", "datasets", "vllm", "unsloth", "verl", "art",
