@@ -135,7 +135,7 @@ def test_reports_progress_eta_and_metrics_with_the_rotating_token(server: Status
                                 "timestamp": 1010.0})
     assert reporter.flush(30)
     server.token_file.write_text("secret-token-2")  # rotated: the next request must use it
-    reporter.handle("finished", {"last_metrics": {"step": 100, "max_steps": 100, "loss": 0.1}})
+    reporter.handle("succeeded", {"last_metrics": {"step": 100, "max_steps": 100, "loss": 0.1}})
     assert server.rejected == 0 and len(server.received) == 3
     second = server.received[1]["trainerStatus"]
     assert second["progressPercentage"] == 30 and second["estimatedRemainingSeconds"] == 35
@@ -152,7 +152,7 @@ def test_throttled_but_the_final_update_always_goes(server: StatusServer) -> Non
     for step in range(1, 50):
         reporter.handle("metrics", {"step": step, "max_steps": 50, "loss": 1.0, "timestamp": float(step)})
     assert reporter.flush(30)
-    reporter.handle("finished", {"last_metrics": {"step": 50, "max_steps": 50}})
+    reporter.handle("succeeded", {"last_metrics": {"step": 50, "max_steps": 50}})
     assert [r["trainerStatus"]["progressPercentage"] for r in server.received] == [2, 100]
 
 
@@ -211,7 +211,7 @@ def test_a_hanging_endpoint_never_blocks_the_caller(make_server: Any) -> None:
     assert hang.arrived.wait(30)  # the update is being sent, from another thread
     assert _returns(lambda: reporter.handle("metrics", {"step": 2, "max_steps": 4, "timestamp": 2.0}))
     # the final update waits for delivery, but never longer than its deadline
-    assert _returns(lambda: reporter.handle("finished", {"last_metrics": {"step": 4, "max_steps": 4}}))
+    assert _returns(lambda: reporter.handle("succeeded", {"last_metrics": {"step": 4, "max_steps": 4}}))
     assert reporter.sent == 0 and reporter.failures + reporter.dropped >= 2
     assert _returns(lambda: reporter.post({"progressPercentage": 1}))  # a synchronous post has the deadline too
 

@@ -96,7 +96,7 @@ def test_events_become_training_hub_hooks_in_order() -> None:
                   _event("metrics", {"step": 1, "epoch": 0.5, "loss": 2.0, "learning_rate": 1e-4}),
                   _event("checkpoint", {"step": 1, "path": "/runs/x/checkpoints/step-1"}),
                   _event("metrics", {"step": 2, "epoch": 1.0, "loss": 1.5, "eval_loss": 1.7}),
-                  _event("finished", {"status": "succeeded"})):
+                  _event("succeeded", {"status": "succeeded"})):
         dispatcher.thub_on_event(event)
     assert [c[0] for c in recorder.calls] == [
         "on_train_begin",

@@ -234,7 +234,9 @@ class CommandSpec(_Registered):
     provenance: Provenance = Provenance()
 
 
-EventKind = Literal["started", "metrics", "checkpoint", "finished", "failed", "interrupted"]
+EventKind = Literal["started", "metrics", "checkpoint", "succeeded", "failed", "interrupted"]
+#: The kinds that end a run: the run's final ``status`` (``result.json``), one of them per run.
+END_KINDS: frozenset[str] = frozenset({"succeeded", "failed", "interrupted"})
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,8 @@ class RunEvent:
     """A lifecycle event of a training run, fired in the parent process.
 
     ``data`` holds the metrics line for ``metrics``, ``{"path", "step"}`` for ``checkpoint``,
-    and the ``result.json`` content for ``finished``/``failed``/``interrupted``.
+    and the ``result.json`` content for ``succeeded``/``failed``/``interrupted``
+    (the run's final status).
     """
 
     kind: EventKind

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from thub import hookimpl
+from thub.specs import END_KINDS
 
 URL_VAR = "KUBEFLOW_TRAINER_STATUS_URL"
 CA_VAR = "KUBEFLOW_TRAINER_STATUS_CA_CERT"
@@ -155,9 +156,9 @@ class StatusReporter:
                 self.first = (data["timestamp"], data["step"])
             if self.last_post is None or time.monotonic() - self.last_post >= self.interval:
                 self.submit(self.status_for(data))
-        elif kind in ("finished", "failed", "interrupted"):
+        elif kind in END_KINDS:
             last = dict(data.get("last_metrics") or {})
-            self.submit(self.status_for(last, final=kind == "finished"), final=True)
+            self.submit(self.status_for(last, final=kind == "succeeded"), final=True)
             self.flush(2 * self.timeout + 1.0)  # the update in flight, then the final one
             self.close()
 
@@ -295,7 +296,7 @@ def thub_on_event(event: Any) -> None:
     reporter = _reporter(event.run_dir)
     if reporter is not None:
         reporter.handle(event.kind, dict(event.data))
-    if event.kind in ("finished", "failed", "interrupted"):
+    if event.kind in END_KINDS:
         _REPORTERS.pop(event.run_dir, None)  # its worker has ended; a resumed run gets a new one
 
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from thub import hookimpl
+from thub.specs import END_KINDS
 
 _SINKS: dict[str, Any] = {}  # run directory -> ParentSink
-_END = {"finished": "succeeded", "failed": "failed", "interrupted": "interrupted"}
 
 
 def library_info(tracker: str, params: dict[str, Any], backend: str) -> dict[str, Any]:
@@ -75,10 +75,10 @@ def thub_on_event(event: Any) -> None:
         sink = _SINKS.get(event.run_dir)
         if sink is not None:
             sink.log(event.data)
-    elif event.kind in _END:
+    elif event.kind in END_KINDS:
         sink = _SINKS.pop(event.run_dir, None)
         if sink is not None:
-            sink.close(_END[event.kind])
+            sink.close(event.kind)
 
 
 @hookimpl

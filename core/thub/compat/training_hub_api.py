@@ -120,7 +120,7 @@ class _Dispatcher:
             self._call("on_save", TrainingHubContext(step=step, epoch=self.epoch or 0, output_dir=event.run_dir,
                                                      metrics={"checkpoint_path": event.data.get("path")},
                                                      control=self.control))
-        else:  # finished, failed, interrupted
+        else:  # succeeded, failed, interrupted
             last = self.last or TrainingHubContext(output_dir=event.run_dir, control=self.control)
             if self.epoch is not None:
                 self._call("on_epoch_end", last)

@@ -38,7 +38,7 @@ from thub.runner.result import write_result
 from thub.runner.rootcause import disk_full_cause, read_section, root_cause
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.selection import installed_version
-from thub.specs import RunEvent
+from thub.specs import END_KINDS, RunEvent
 
 if TYPE_CHECKING:
     from thub.data.training import TrainingData
@@ -447,6 +447,7 @@ def supervise(
     # the run's fields, redaction and the atomic write: shared with an orphaned child (thub.runner.child)
     result = write_result(run_dir, result, started=started, model_path=resolved.values()["model_path"],
                           checkpoints=supervisor.checkpoints, last_metrics=supervisor.last_metrics)
-    supervisor.fire({"succeeded": "finished", "interrupted": "interrupted"}.get(result["status"], "failed"), result)
+    # the end event is named after the run's status, as result.json says it
+    supervisor.fire(result["status"] if result["status"] in END_KINDS else "failed", result)
     progress.finish(result)
     return result
