@@ -32,9 +32,9 @@ from thub.specs import (
     CheckSpec,
     CommandSpec,
     Provenance,
+    Registered,
     RewardSpec,
     RunEvent,
-    _Registered,
     load_object,
 )
 
@@ -48,7 +48,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 )
 
 # spec kind -> (hook name, spec type)
-_REGISTRATION_HOOKS: dict[str, tuple[str, type[_Registered]]] = {
+_REGISTRATION_HOOKS: dict[str, tuple[str, type[Registered]]] = {
     "algorithms": ("thub_register_algorithms", AlgorithmSpec),
     "backends": ("thub_register_backends", BackendSpec),
     "rewards": ("thub_register_rewards", RewardSpec),
@@ -294,7 +294,7 @@ class _Loader:
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 self._collect_one(impl, kind, spec_type, target)
 
-    def _collect_one(self, impl: pluggy.HookImpl, kind: str, spec_type: type[_Registered],
+    def _collect_one(self, impl: pluggy.HookImpl, kind: str, spec_type: type[Registered],
                      target: dict[str, Any]) -> None:
         info = self.registry.plugins[impl.plugin_name]
         provenance = Provenance(info.name, info.distribution, info.version)

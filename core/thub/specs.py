@@ -41,7 +41,7 @@ class Provenance:
         return self.plugin
 
 
-class _Registered:
+class Registered:
     """Mixin: the manager fills ``provenance`` through :meth:`with_provenance`."""
 
     provenance: Provenance
@@ -51,7 +51,7 @@ class _Registered:
 
 
 @dataclass(frozen=True)
-class AlgorithmSpec(_Registered):
+class AlgorithmSpec(Registered):
     """A training algorithm such as ``sft`` or ``grpo``.
 
     ``parameters`` is the import string of the pydantic model holding every user-facing
@@ -106,7 +106,7 @@ class MemoryPolicy:
 
 
 @dataclass(frozen=True)
-class BackendSpec(_Registered):
+class BackendSpec(Registered):
     """A training library that runs one or more algorithms.
 
     Attributes:
@@ -157,7 +157,7 @@ class BackendSpec(_Registered):
 
 
 @dataclass(frozen=True)
-class RewardSpec(_Registered):
+class RewardSpec(Registered):
     """A GRPO reward function, named by import string.
 
     The function follows TRL's signature: ``f(prompts, completions, **columns) -> list[float]``
@@ -199,7 +199,7 @@ class CheckContext:
 
 
 @dataclass(frozen=True)
-class CheckSpec(_Registered):
+class CheckSpec(Registered):
     """A ``thub doctor`` check: data, not code paths.
 
     ``run`` receives a :class:`CheckContext` and returns a :class:`CheckResult`; ``applies``
@@ -219,7 +219,7 @@ class CheckSpec(_Registered):
 
 
 @dataclass(frozen=True)
-class CommandSpec(_Registered):
+class CommandSpec(Registered):
     """A ``thub`` subcommand, registered lazily: ``target`` is the import string of its click
     command (``"my_plugin.cli:hello"``), imported only when the command runs.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from thub.data.templates import ChatTemplate, Span
-from thub.data.tokenize import IGNORE, _backend, _labels
+from thub.data.tokenize import IGNORE, rust_tokenizer, span_labels
 
 
 def segments(text: str, offsets: list[tuple[int, int]], labels: list[int]) -> list[dict[str, Any]]:
@@ -38,7 +38,7 @@ def explain(row: dict[str, Any], tokenizer: Any, template: ChatTemplate | None =
     the generation prompt (nothing trained: the model writes the answer), documents are fully
     trained, processed rows are decoded.
     """
-    backend = _backend(tokenizer)
+    backend = rust_tokenizer(tokenizer)
     if "input_ids" in row:
         ids, labels = list(row["input_ids"]), list(row["labels"])
         # the Rust backend decodes for both transformers' fast tokenizers and thub's light one
@@ -63,7 +63,7 @@ def explain(row: dict[str, Any], tokenizer: Any, template: ChatTemplate | None =
                 spans = None
         enc = backend.encode(text, add_special_tokens=False)
         ids = enc.ids
-        labels = list(ids) if spans is None else _labels(enc, ids, spans)
+        labels = list(ids) if spans is None else span_labels(enc, ids, spans)
         offsets = enc.offsets
     truncated = max_seq_len is not None and len(ids) > max_seq_len
     if truncated and max_seq_len is not None:

@@ -50,9 +50,9 @@ def load_template(folder: Path) -> tuple[str | None, dict[str, Any]]:
 
 def render(source: str, special: dict[str, str]) -> str:
     """``SAMPLE_MESSAGES`` with ``SAMPLE_TOOLS`` rendered like ``apply_chat_template(tokenize=False)``."""
-    from thub.data.templates import _compile
+    from thub.data.templates import compile_template
 
-    return _compile(source).render(messages=SAMPLE_MESSAGES, tools=SAMPLE_TOOLS, documents=None,
+    return compile_template(source).render(messages=SAMPLE_MESSAGES, tools=SAMPLE_TOOLS, documents=None,
                                    add_generation_prompt=False, **special)
 
 

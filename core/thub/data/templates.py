@@ -41,8 +41,8 @@ _FAMILIES = {"<|im_start|>": "ChatML (Qwen, ...)", "<|start_header_id|>": "Llama
 Span = tuple[int, int]
 
 
-def _compile(source: str) -> Any:
-    """Compile like transformers does (sandboxed, trim/lstrip blocks, same globals), plus
+def compile_template(source: str) -> Any:
+    """A chat template's source compiled like transformers does (sandboxed, trim/lstrip blocks, same globals), plus
     a ``generation`` block that brackets its output with private markers we strip later."""
     import jinja2
     from jinja2.ext import Extension
@@ -123,7 +123,7 @@ class ChatTemplate:
             raise UsageError("chat template: expected the model's tokenizer to have a chat_template, found none "
                              "(set one in tokenizer_config.json or use a model with a template)")
         self.source: str = source
-        self.template = _compile(source)
+        self.template = compile_template(source)
         self.has_markers = bool(_MARKERS_RE.search(source))
         special = getattr(tokenizer, "special_tokens_map", {}) or {}
         self.kwargs = {k: v for k, v in special.items() if isinstance(v, str)}

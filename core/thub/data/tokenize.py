@@ -98,7 +98,8 @@ def percentiles(values: Sequence[int]) -> dict[str, int]:
                                                                                  "min": ordered[0]}
 
 
-def _backend(tokenizer: Any) -> Any:
+def rust_tokenizer(tokenizer: Any) -> Any:
+    """The Rust ``tokenizers.Tokenizer`` behind a transformers fast tokenizer (a slow one is refused)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise UsageError("tokenizer: expected a fast (Rust) tokenizer, found a slow Python one; "
@@ -106,7 +107,7 @@ def _backend(tokenizer: Any) -> Any:
     return backend
 
 
-def _labels(enc: Any, ids: list[int], spans: list[Span]) -> list[int]:
+def span_labels(enc: Any, ids: list[int], spans: list[Span]) -> list[int]:
     """Labels from char spans: tokens overlapping a span are trained (as transformers does)."""
     return expand_labels(ids, offset_ranges(enc, spans))
 
@@ -180,7 +181,7 @@ def encode_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int
     """
     if overlong not in OVERLONG:
         raise UsageError(f"overlong: expected one of {', '.join(OVERLONG)}, found {overlong!r}")
-    backend = _backend(tokenizer)
+    backend = rust_tokenizer(tokenizer)
     template = template or ChatTemplate(tokenizer)
     problems = check_template(tokenizer, template)
     if problems:
@@ -323,7 +324,7 @@ def tokenize_documents(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_l
     """
     if overlong not in OVERLONG:
         raise UsageError(f"overlong: expected one of {', '.join(OVERLONG)}, found {overlong!r}")
-    backend = _backend(tokenizer)
+    backend = rust_tokenizer(tokenizer)
     eos = getattr(tokenizer, "eos_token_id", None)
     stats = TokenizeStats(samples_in=len(rows))
     out: list[dict[str, list[int]]] = []

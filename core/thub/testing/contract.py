@@ -199,13 +199,13 @@ class BackendContract:
     def _consumed_by_core(self, registry: Registry, algorithm: str) -> set[str]:
         """Parameters thub's core reads itself: paths, torchrun flags, thub-routed trackers."""
         from thub.config.resolve import CORE_HANDLED
-        from thub.launch.torchrun import _FLAGS
+        from thub.launch.torchrun import PET_VARIABLES
         from thub.trackers import parent_logged_params
 
         spec = registry.backends[self.backend]
         core = set(CORE_HANDLED) | set(parent_logged_params(spec, algorithm))
         if spec.launcher == "torchrun":
-            core |= set(_FLAGS)
+            core |= set(PET_VARIABLES)  # the torchrun settings, one PET_* variable each
         return core
 
     def test_translation_reads_exactly_the_honoured_parameters(self) -> None:
