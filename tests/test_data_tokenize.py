@@ -234,3 +234,17 @@ def test_light_loader_gives_what_transformers_gives(tok_markers: Any, tmp_path: 
     config = json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
     (tmp_path / "tok" / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "LlamaTokenizer"}))
     assert load_light(tmp_path / "tok") is None
+
+
+def test_named_templates_follow_transformers_choice() -> None:
+    """A dict of named templates: "default" when there is one; without one transformers refuses
+    (apply_chat_template raises), so thub refuses too rather than training on whichever came first."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    tok = make_tokenizer(chat_template=CHATML)
+    tok.chat_template = {"other": LLAMA3, "default": CHATML}
+    assert ChatTemplate(tok).source == CHATML
+    tok.chat_template = {"other": LLAMA3, "second": CHATML}
+    with pytest.raises(ValueError, match="no default"):
+        tok.apply_chat_template(messages, tokenize=False)
+    with pytest.raises(UsageError, match=r"named templates \(other, second\) and no 'default'"):
+        ChatTemplate(tok)

@@ -117,8 +117,12 @@ class ChatTemplate:
 
     def __init__(self, tokenizer: Any, chat_template: str | None = None) -> None:
         source = chat_template or getattr(tokenizer, "chat_template", None)
-        if isinstance(source, dict):  # named templates: use the default one
-            source = source.get("default") or next(iter(source.values()))
+        if isinstance(source, dict):  # named templates: "default", as transformers' apply_chat_template
+            if "default" not in source:
+                raise UsageError(f"chat template: the tokenizer has named templates ({', '.join(sorted(source))}) "
+                                 "and no 'default' one, which transformers refuses too; expected a template "
+                                 "named 'default' (name one in tokenizer_config.json's chat_template list)")
+            source = source["default"]
         if not source:
             raise UsageError("chat template: expected the model's tokenizer to have a chat_template, found none "
                              "(set one in tokenizer_config.json or use a model with a template)")
