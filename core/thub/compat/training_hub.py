@@ -1,170 +1,49 @@
-"""Training Hub names: the one table that lets its users move over unchanged.
+"""Training Hub names applied: translation of precedence layers, the merged batch conversion,
+positional arguments, default backends and signature defaults, data-path checks, the migration
+guide's table.
 
-Training Hub (PyPI ``training-hub`` 0.11.2) exposes ``sft``, ``osft``, ``lora_sft``,
-``lora_grpo`` and ``grpo``. Every keyword of theirs is, in thub, one of:
-
-* **same**: a thub parameter of the same name and meaning (found in the algorithm's pydantic
-  model; a ``same`` rule here only adds a type conversion, e.g. an int ``rdzv_id``);
-* **mapped**: rewritten to thub's parameter(s), shown as ``training-hub name X → Y`` in the
-  ``--dry-run`` sources (``mapped`` rules);
-* **fixed**: a switch whose accepted values are what thub does anyway (accepted with a note
-  in the plan), any other value refused (``fixed`` rules);
-* **refused**: a one-line migration message, why and what to use instead (``refused`` rules);
-* **api**: a Python object the Python API handles in this process (callbacks).
-
-Nothing is silently dropped. The signatures are copied from the wheel as data (the test
-``tests/test_training_hub_names.py`` reads the unpacked wheel with ``ast`` and fails on any
-keyword this table does not classify); the migration guide's table is generated from here.
+The per-keyword rules and Training Hub 0.11.2's signatures they apply are data in
+:mod:`thub.compat.training_hub_rules`; every public name there is importable from here too.
 No training_hub import: its dependencies are not needed.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any
 
+from thub.compat.training_hub_rules import (
+    _HUB_DATA,
+    BACKEND_READS,
+    CALLBACK_HOOKS,
+    DEFAULT_BACKEND,
+    FUNCTIONS,
+    KEYWORD_ONLY,
+    KWARGS,
+    RULES,
+    SIGNATURE_DEFAULTS,
+    SIGNATURES,
+    VERSION,
+    Converter,
+    Kind,
+    Rule,
+    fixed,
+    import_string,
+    names_for,
+    refuse,
+    rename,
+    rule_for,
+)
 from thub.errors import UsageError
 
-VERSION = "0.11.2"
-FUNCTIONS = ("sft", "osft", "lora_sft", "lora_grpo", "grpo")
-
-_LOGGING = ("wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",
-            "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name")
-_TORCHRUN = ("nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port")
-_GRPO_LOGGING = tuple(n for n in _LOGGING if n != "tensorboard_log_dir")
-
-# Named parameters of each public function, in signature order (positional-or-keyword).
-SIGNATURES: dict[str, tuple[str, ...]] = {
-    "sft": ("model_path", "data_path", "ckpt_output_dir", "backend", "num_epochs", "effective_batch_size",
-            "learning_rate", "max_seq_len", "max_tokens_per_gpu", "data_output_dir", "save_samples",
-            "warmup_steps", "accelerate_full_state_at_epoch", "checkpoint_at_epoch", "is_pretraining",
-            "block_size", "document_column_name", "beta1", "beta2", "eps", "weight_decay", *_TORCHRUN,
-            *_LOGGING),
-    "osft": ("model_path", "data_path", "unfreeze_rank_ratio", "effective_batch_size", "max_tokens_per_gpu",
-             "max_seq_len", "learning_rate", "ckpt_output_dir", "data_output_dir", "backend", "target_patterns",
-             "seed", "use_liger", "use_processed_dataset", "unmask_messages", "is_pretraining", "block_size",
-             "document_column_name", "lr_scheduler", "warmup_steps", "lr_scheduler_kwargs", "beta1", "beta2",
-             "eps", "weight_decay", "checkpoint_at_epoch", "save_final_checkpoint", "num_epochs",
-             "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_port", "master_addr",
-             *_LOGGING, "trust_remote_code"),
-    "lora_sft": ("model_path", "data_path", "ckpt_output_dir", "backend", "lora_r", "lora_alpha", "lora_dropout",
-                 "target_modules", "num_epochs", "effective_batch_size", "micro_batch_size",
-                 "gradient_accumulation_steps", "learning_rate", "max_seq_len", "lr_scheduler", "warmup_steps",
-                 "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_compute_dtype",
-                 "bnb_4bit_use_double_quant", "flash_attention", "sample_packing", "bf16", "fp16", "tf32",
-                 "save_steps", "eval_steps", "logging_steps", "save_total_limit", *_LOGGING, "dataset_type",
-                 "field_messages", "field_instruction", "field_input", "field_output", *_TORCHRUN,
-                 "enable_model_splitting", "finetune_vision_layers", "finetune_language_layers",
-                 "trust_remote_code"),
-    "lora_grpo": ("model_path", "ckpt_output_dir", "data_path", "data_config", "n_train", "n_val", "rollout_fn",
-                  "tasks", "reward_fn", "num_iterations", "group_size", "prompt_batch_size", "learning_rate",
-                  "temperature", "max_tokens", "max_prompt_length", "concurrency", "lora_r", "lora_alpha",
-                  "target_modules", "max_grad_norm", "gpu_memory_utilization", "max_lora_rank", "enforce_eager",
-                  "n_gpus", "nnodes", "tensor_parallel_size", "use_dr_grpo", "backend", "iteration_callback",
-                  *_GRPO_LOGGING),
-    "grpo": ("model_path", "ckpt_output_dir", "data_path", "data_config", "n_train", "n_val", "reward_fn",
-             "num_iterations", "group_size", "prompt_batch_size", "learning_rate", "temperature", "max_tokens",
-             "max_prompt_length", "gpu_memory_utilization", "n_gpus", "nnodes", "tensor_parallel_size",
-             "use_dr_grpo", "iteration_callback", *_GRPO_LOGGING),
-}
-# Keyword-only parameters (after ``*``).
-KEYWORD_ONLY: dict[str, tuple[str, ...]] = {
-    "sft": ("callbacks", "enable_jit_checkpoint", "checkpoint_storage"),
-    "osft": ("callbacks", "enable_jit_checkpoint", "checkpoint_storage"),
-    "lora_sft": ("callbacks", "eval_data_path", "per_device_eval_batch_size", "enable_jit_checkpoint",
-                 "checkpoint_storage"),
-    "lora_grpo": (),
-    "grpo": (),
-}
-# ``**kwargs`` names Training Hub forwards: read by its own code, or fields of the backend's
-# arguments (instructlab-training 0.16 TrainingArgs for sft, mini-trainer 0.9 TrainingArgs for osft)
-# and names its example scripts pass (device, osft_memory_efficient_init).
-_GRPO_KWARGS = ("reward_type", "system_prompt", "data_source", "saves_per_epoch", "param_offload",
-                "optimizer_offload", "load_format", "layered_summon", "language_model_only")
-KWARGS: dict[str, tuple[str, ...]] = {
-    "sft": ("chat_tmpl_path", "use_legacy_tmpl", "max_batch_len", "random_seed", "use_dolomite", "is_padding_free",
-            "mock_data", "mock_data_len", "deepspeed_options", "fsdp_options", "distributed_backend",
-            "disable_flash_attn", "lora", "process_data", "keep_last_checkpoint_only", "pretraining_config",
-            "data_process_num_cpu_procs", "use_liger", "trust_remote_code", "log_level", "validation_split",
-            "validation_frequency", "on_demand_checkpointing", "adamw_weight_decay", "adamw_betas", "adamw_eps",
-            "device"),
-    "osft": ("model_name_or_path", "batch_size", "output_dir", "num_warmup_steps", "use_liger_kernels",
-             "osft_unfreeze_rank_ratio", "osft_target_patterns", "max_epochs", "osft", "osft_upcast_dtype",
-             "min_samples_per_checkpoint", "training_mode", "max_steps", "max_tokens", "save_dtype", "train_dtype",
-             "validation_split", "validation_data_path", "validation_frequency", "validate_at_epoch",
-             "min_samples_per_validation", "validate_at_final", "save_best_val_loss",
-             "val_loss_improvement_threshold", "on_demand_checkpointing", "resume_from_full_state_checkpoint",
-             "pretraining_config", "osft_memory_efficient_init", "device", "torch_compile", "num_chunks"),
-    "lora_sft": ("use_rslora", "use_dora", "init_lora_weights", "rank_pattern", "alpha_pattern", "loftq_config",
-                 "seed", "max_grad_norm", "weight_decay", "save_model"),
-    "lora_grpo": ("art_model_name", "art_project", "art_path", *_GRPO_KWARGS),
-    "grpo": _GRPO_KWARGS,
-}
-# The backend Training Hub uses when none is named (lora_grpo/grpo: the function's default, verl).
-DEFAULT_BACKEND = {"sft": "instructlab-training", "osft": "mini-trainer", "lora_sft": "unsloth",
-                   "lora_grpo": "verl", "grpo": "verl"}
-# lora_grpo/grpo pass every signature default explicitly to their backend: the values a Training
-# Hub run used when the caller left them out (checked against the wheel's signatures).
-_GRPO_DEFAULTS = {"num_iterations": 15, "group_size": 8, "prompt_batch_size": 100, "learning_rate": 1e-05,
-                  "temperature": 0.7, "max_tokens": 512, "max_prompt_length": 16384,
-                  "gpu_memory_utilization": 0.45, "n_gpus": 1, "nnodes": 1, "tensor_parallel_size": 1,
-                  "use_dr_grpo": True}
-SIGNATURE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "lora_grpo": {**_GRPO_DEFAULTS, "concurrency": 32, "lora_r": 16, "lora_alpha": 8, "max_grad_norm": 0.1,
-                  "enforce_eager": False},
-    "grpo": dict(_GRPO_DEFAULTS),
-}
-# Which of them each Training Hub backend reads (``params.get("name", ...)`` in its source; the
-# others it ignores, so they are not applied there).
-BACKEND_READS: dict[str, frozenset[str]] = {
-    "verl": frozenset({"num_iterations", "group_size", "prompt_batch_size", "learning_rate", "temperature",
-                       "max_tokens", "max_prompt_length", "gpu_memory_utilization", "n_gpus", "nnodes",
-                       "tensor_parallel_size", "use_dr_grpo", "lora_r", "lora_alpha"}),
-    "art": frozenset({"num_iterations", "group_size", "prompt_batch_size", "learning_rate", "temperature",
-                      "max_tokens", "concurrency", "lora_r", "lora_alpha", "max_grad_norm",
-                      "gpu_memory_utilization", "enforce_eager"}),
-}
-# TrainingHubCallback's hooks, in call order within a run.
-CALLBACK_HOOKS = ("on_train_begin", "on_epoch_begin", "on_step_begin", "on_log", "on_evaluate", "on_save",
-                  "on_step_end", "on_epoch_end", "on_train_end")
-
-Kind = Literal["same", "mapped", "fixed", "refused", "api"]
-Converter = Callable[[Any, Mapping[str, Any]], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Rule:
-    """How thub treats one Training Hub name.
-
-    ``thub``: the thub parameter(s) it becomes (docs); ``convert(value, same_layer_values)``
-    returns the thub values (empty: nothing to set, ``note`` says why) or raises ValueError
-    to refuse that value; ``accepts``: the values a ``fixed`` switch takes; ``note``: the
-    mapping, the fixed behaviour or the migration message.
-    """
-
-    kind: Kind
-    note: str = ""
-    thub: str = ""
-    convert: Converter | None = None
-    accepts: tuple[Any, ...] = ()
-
-
-def rename(target: str, note: str = "") -> Rule:
-    return Rule("mapped", note or f"same meaning under thub's name {target}", target,
-                lambda value, _others: {target: value})
-
-
-def refuse(message: str) -> Rule:
-    return Rule("refused", message)
-
-
-def fixed(accepts: tuple[Any, ...], note: str) -> Rule:
-    return Rule("fixed", note, accepts=accepts)
-
-
-# --- converters -------------------------------------------------------------------------------
+# public: the table's names (re-exported: callers and docs import them from here) and the logic here
+__all__ = [
+    "BACKEND_READS", "CALLBACK_HOOKS", "DEFAULT_BACKEND", "FUNCTIONS", "KEYWORD_ONLY", "KWARGS", "RULES",
+    "SIGNATURE_DEFAULTS", "SIGNATURES", "VERSION", "Converter", "Kind", "Rule", "fixed", "import_string",
+    "names_for", "refuse", "rename", "rule_for", "accepted_names", "translate_layers", "positional", "bind",
+    "default_backend", "signature_defaults", "verl_epochs", "check_data_path", "rows", "markdown_table",
+]
 
 # Training Hub names that become effective_batch_size together with the world size: converted by
 # :func:`_merged_batch` on the values of all layers (each may come from another layer), not per layer
@@ -212,214 +91,6 @@ def _merged_batch(layers: list[dict[str, tuple[Any, str]]], given: dict[str, tup
     if len(given) > 1:
         value, other, _index = given["gradient_accumulation_steps"]
         notes.append(f"gradient_accumulation_steps={value!r} ({other}): {RULES['gradient_accumulation_steps'].note}")
-
-
-def _betas(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
-    beta1, beta2 = value
-    return {"beta1": beta1, "beta2": beta2}
-
-
-def _processed(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
-    return {"data_format": "processed"} if value else {}
-
-
-def _dataset_type(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
-    formats = {"chat_template": "messages", "alpaca": "alpaca"}
-    if value not in formats:
-        raise ValueError(f"dataset_type {value!r}: thub reads chat_template (messages) and alpaca rows; for raw text "
-                         "use data_format: document with document_column_name: text")
-    return {"data_format": formats[value]}
-
-
-def _default_only(default: str, what: str) -> Converter:
-    def convert(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
-        if value != default:
-            raise ValueError(f"thub reads {what} from the key {default!r}; rename the key in your data "
-                             "(or give a dataset mapping, see docs/data.md)")
-        return {}
-    return convert
-
-
-def _reward_type(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
-    if value in ("tool_call", "math"):
-        return {"reward": [value]}
-    raise ValueError(f"reward_type {value!r}: pass your reward as reward='module:function' (thub's built-ins: "
-                     "math, tool_call, binary)")
-
-
-def import_string(function: Any) -> str:
-    """``module:qualname`` of a module-level function the training child can import."""
-    if isinstance(function, str):
-        return function
-    module, qualname = getattr(function, "__module__", None), getattr(function, "__qualname__", "")
-    if not callable(function) or not module or module == "__main__" or "<" in qualname:
-        raise ValueError("thub runs it in the training process, which imports it by name: define it at the top "
-                         "level of a module on PYTHONPATH (not in __main__, a notebook cell or a closure)")
-    return f"{module}:{qualname}"
-
-
-def _rollout(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
-    return {"rollout_function": import_string(value)}
-
-
-def _rdzv_id(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
-    return {"rdzv_id": str(value) if isinstance(value, int) and not isinstance(value, bool) else value}
-
-
-# --- the table ----------------------------------------------------------------------------------
-
-_HUB_DATA = ("thub reads local files, not a Hugging Face dataset stream: export it once, e.g. python -c \"from "
-             "datasets import load_dataset; load_dataset('ID', 'CONFIG', split='train[:N]').to_json('train.jsonl')\", "
-             "then pass data_path='train.jsonl'")
-_JIT = "thub always saves a checkpoint and stops on SIGTERM or Ctrl-C; the same command with --resume continues"
-_VALIDATION = "thub validates every validation_frequency steps on the validation_split held out of data_path"
-_HPU = "thub trains on NVIDIA GPUs (and on CPU with the trl backend); Intel Gaudi (HPU) is not supported"
-_MT_DTYPE = "thub keeps mini-trainer's default dtypes (bf16 weights saved, fp32 optimizer state)"
-
-RULES: dict[str, Rule] = {
-    # every function
-    "backend": Rule("api", "the same backend names; none given: Training Hub's default for the function when it "
-                           "can run here, else thub's choice (--backend on the command line)"),
-    "callbacks": Rule("api", "TrainingHubCallback objects: called in this process from the run's events "
-                             "(thub_on_event), never pickled into the training process"),
-    "iteration_callback": Rule("api", "called in this process as f(step, metrics_line) for every metrics line"),
-    "rdzv_id": Rule("same", "an int is accepted and passed as its string", "rdzv_id", _rdzv_id),
-    "num_iterations": Rule("same", "GRPO steps (Training Hub's ART meaning); Training Hub's verl backend runs "
-                                   "num_iterations epochs: thub.grpo/lora_grpo on verl pass it as num_epochs, in "
-                                   "YAML set num_epochs", "num_iterations"),
-    "enable_jit_checkpoint": fixed((True, False), _JIT),
-    "on_demand_checkpointing": fixed((True, False), _JIT),
-    "checkpoint_storage": refuse("thub writes checkpoints to ckpt_output_dir only: mount the bucket there, or copy "
-                                 "ckpt_output_dir/checkpoints after the run"),
-    "device": refuse(_HPU),
-    "torch_compile": refuse(_HPU + " (torch_compile is a Gaudi option of its osft example)"),
-    "num_chunks": refuse(_HPU + " (num_chunks is a Gaudi option of its osft example)"),
-    # sft (instructlab-training TrainingArgs)
-    "max_batch_len": rename("max_tokens_per_gpu"),
-    "random_seed": rename("seed"),
-    "adamw_weight_decay": rename("weight_decay"),
-    "adamw_eps": rename("eps"),
-    "adamw_betas": Rule("mapped", "a (beta1, beta2) pair becomes beta1 and beta2", "beta1, beta2", _betas),
-    "chat_tmpl_path": refuse("thub uses the tokenizer's chat template: put yours in the model's "
-                             "tokenizer_config.json (chat_template)"),
-    "use_legacy_tmpl": refuse("thub uses the tokenizer's chat template: put the template you need in the model's "
-                              "tokenizer_config.json"),
-    "use_dolomite": refuse("dolomite model conversion is not offered: thub trains the Hugging Face model as is"),
-    "is_padding_free": refuse("thub's instructlab-training backend decides padding-free batches itself "
-                              "(on when flash-attn is installed)"),
-    "mock_data": refuse("thub trains on real data only: use a small file, e.g. examples/data/chat.jsonl"),
-    "mock_data_len": refuse("thub trains on real data only: use a small file, e.g. examples/data/chat.jsonl"),
-    "deepspeed_options": refuse("thub's instructlab-training backend uses FSDP, not DeepSpeed"),
-    "fsdp_options": refuse("thub runs instructlab-training's default FSDP (full sharding, no CPU offload); no "
-                           "per-run FSDP options"),
-    "distributed_backend": fixed(("fsdp",), "thub's instructlab-training backend runs FSDP"),
-    "disable_flash_attn": refuse("thub sets it itself: flash-attn when installed, SDPA otherwise (see thub doctor)"),
-    "lora": refuse("LoRA is its own algorithm in thub: thub.lora_sft(...) or thub train lora_sft"),
-    "process_data": fixed((True,), "thub always prepares the data; for pre-tokenised rows use "
-                                   "data_format: processed"),
-    "keep_last_checkpoint_only": refuse("thub keeps every checkpoint (result.json lists them): save less often "
-                                        "with save_samples/checkpoint_at_epoch, or delete old ones"),
-    "pretraining_config": refuse("use is_pretraining, block_size and document_column_name"),
-    "data_process_num_cpu_procs": refuse("thub chooses the number of data-processing workers"),
-    "log_level": refuse("thub writes the backend's log to logs/train.log at the library's default level"),
-    # osft (mini-trainer TrainingArgs names)
-    "use_processed_dataset": Rule("mapped", "true: data_format processed (rows of input_ids and labels); false: "
-                                            "thub prepares the data (its default)", "data_format", _processed),
-    "model_name_or_path": rename("model_path"),
-    "batch_size": rename("effective_batch_size"),
-    "output_dir": rename("ckpt_output_dir"),
-    "num_warmup_steps": rename("warmup_steps"),
-    "use_liger_kernels": rename("use_liger"),
-    "osft_unfreeze_rank_ratio": rename("unfreeze_rank_ratio"),
-    "osft_target_patterns": rename("target_patterns"),
-    "max_epochs": rename("num_epochs"),
-    "osft": fixed((True,), "osft=False is plain SFT: thub.sft(..., backend='mini-trainer')"),
-    "osft_upcast_dtype": refuse(_MT_DTYPE),
-    "save_dtype": refuse(_MT_DTYPE),
-    "train_dtype": refuse(_MT_DTYPE),
-    "min_samples_per_checkpoint": refuse("checkpoint by steps or epochs: save_steps or checkpoint_at_epoch"),
-    "training_mode": refuse("thub sets mini-trainer's training mode from num_epochs or max_steps"),
-    "max_tokens": refuse("token-budget training is not offered: use max_steps or num_epochs"),
-    "validation_data_path": refuse(_VALIDATION + ": merge the files and set validation_split"),
-    "validate_at_epoch": refuse(_VALIDATION),
-    "min_samples_per_validation": refuse(_VALIDATION),
-    "validate_at_final": refuse(_VALIDATION),
-    "save_best_val_loss": refuse(_VALIDATION + "; every checkpoint is kept: pick the best from training_metrics.jsonl"),
-    "val_loss_improvement_threshold": refuse(_VALIDATION + "; every checkpoint is kept"),
-    "resume_from_full_state_checkpoint": refuse("run the same command with --resume (thub.train(..., resume=True))"),
-    "osft_memory_efficient_init": refuse("not a field of mini-trainer 0.9 (Training Hub drops it there); thub's "
-                                         "mini-trainer backend initialises OSFT with mini-trainer's default"),
-    # lora_sft (unsloth)
-    # both converted on the merged layers by _merged_batch (the world size may come from another layer)
-    "micro_batch_size": Rule("mapped", "effective_batch_size = micro_batch_size x gradient_accumulation_steps x "
-                                       "processes, when effective_batch_size is not set (Training Hub ignores it "
-                                       "otherwise)", "effective_batch_size"),
-    "gradient_accumulation_steps": Rule("mapped", "folded into effective_batch_size (thub chooses the micro-batch x "
-                                                  "accumulation split of the same effective batch)",
-                                        "effective_batch_size"),
-    "flash_attention": fixed((True, False), "no effect in Training Hub either; thub uses flash-attn when installed, "
-                                            "SDPA otherwise"),
-    "sample_packing": rename("packing"),
-    "bf16": fixed((True,), "thub trains in bf16 on GPUs (fp32 on CPU); there is no switch to turn it off"),
-    "fp16": fixed((False,), "fp16 training is not offered: thub trains in bf16 on GPUs"),
-    "tf32": fixed((True, False), "no effect in Training Hub either (never passed to the trainer); thub leaves TF32 "
-                                 "at PyTorch's default"),
-    "eval_steps": rename("validation_frequency", "thub evaluates on validation_split held out of data_path"),
-    "save_total_limit": refuse("thub keeps every checkpoint (result.json lists them): save less often with "
-                               "save_steps, or delete old ones after the run"),
-    "dataset_type": Rule("mapped", "chat_template: data_format messages; alpaca: data_format alpaca", "data_format",
-                         _dataset_type),
-    "field_messages": Rule("fixed", "the list key 'messages' is accepted; another key: a dataset mapping "
-                                    "{path, messages: KEY} (docs/data.md)",
-                           convert=_default_only("messages", "messages")),
-    "field_instruction": Rule("fixed", "'instruction' is accepted; rename other keys",
-                              convert=_default_only("instruction", "alpaca instructions")),
-    "field_input": Rule("fixed", "'input' is accepted; rename other keys",
-                        convert=_default_only("input", "alpaca inputs")),
-    "field_output": Rule("fixed", "'output' is accepted; rename other keys",
-                         convert=_default_only("output", "alpaca outputs")),
-    "enable_model_splitting": fixed((False,), "thub does not split one model over GPUs (device_map); use "
-                                              "nproc_per_node for data parallelism"),
-    "finetune_vision_layers": fixed((False,), "thub trains the language model; vision layers are not adapted"),
-    "finetune_language_layers": fixed((True,), "thub always adapts the language layers"),
-    "eval_data_path": refuse(_VALIDATION + ": merge the files and set validation_split"),
-    "per_device_eval_batch_size": refuse("thub evaluates with the training micro-batch"),
-    "init_lora_weights": fixed((True,), "thub initialises LoRA with PEFT's default (B = 0)"),
-    "rank_pattern": refuse("one lora_r for every adapted module: choose target_modules, or train twice"),
-    "alpha_pattern": refuse("one lora_alpha for every adapted module: choose target_modules"),
-    "loftq_config": refuse("LoftQ initialisation is not offered: use load_in_4bit (QLoRA)"),
-    "save_model": rename("save_final_checkpoint"),
-    # lora_grpo / grpo
-    "data_config": refuse(_HUB_DATA),
-    "n_train": refuse(_HUB_DATA),
-    "n_val": refuse(_HUB_DATA + " (a validation split: a second file)"),
-    "rollout_fn": Rule("mapped", "a module-level async function becomes rollout_function='module:function' (art "
-                                 "backend)", "rollout_function", _rollout),
-    "tasks": refuse("thub reads the tasks from data_path: write one task per JSONL line and pass rollout_fn"),
-    "reward_fn": refuse("thub calls rewards as f(prompts, completions, ground_truth, **columns) -> list[float]: "
-                        "wrap yours in a module function and pass reward='module:function' (built-ins: math, "
-                        "tool_call, binary)"),
-    "n_gpus": rename("nproc_per_node", "GPUs per node"),
-    "art_model_name": rename("wandb_run_name", "ART's model name is its W&B run name"),
-    "art_project": rename("wandb_project", "ART's project is its W&B project"),
-    "art_path": refuse("thub keeps ART's files in the run directory (ckpt_output_dir)"),
-    "reward_type": Rule("mapped", "tool_call or math: reward [tool_call] or [math]", "reward", _reward_type),
-    "data_source": refuse("thub passes each row's own columns to the reward; data_source is not needed"),
-}
-
-
-def rule_for(algorithm: str, name: str, thub_fields: Mapping[str, Any]) -> Rule | None:
-    """The rule for ``name`` in ``algorithm``: an explicit one, else ``same`` when thub has the field."""
-    rule = RULES.get(name)
-    if name in thub_fields and (rule is None or rule.kind != "same"):
-        return Rule("same", thub=name)  # e.g. max_tokens: refused for osft, thub's own for grpo
-    return rule
-
-
-def names_for(algorithm: str) -> tuple[str, ...]:
-    """Every Training Hub keyword of the function ``algorithm`` (signature, keyword-only, kwargs)."""
-    return SIGNATURES.get(algorithm, ()) + KEYWORD_ONLY.get(algorithm, ()) + KWARGS.get(algorithm, ())
-
 
 def accepted_names(algorithm: str, infos: Mapping[str, Any]) -> dict[str, Any]:
     """thub's parameters plus Training Hub's names for ``algorithm`` (as ``ParamInfo``), for the
