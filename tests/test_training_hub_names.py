@@ -60,10 +60,10 @@ def test_every_keyword_is_classified(function: str) -> None:
     positional, keyword_only, _ = wheel_signature(function)
     fields = thub_fields(function)
     unclassified = [name for name in positional + keyword_only + list(th.KWARGS[function])
-                    if th.rule_for(function, name, fields) is None]
+                    if th.rule_for(name, fields) is None]
     assert unclassified == []
     for name in positional + keyword_only:
-        rule = th.rule_for(function, name, fields)
+        rule = th.rule_for(name, fields)
         assert rule.kind in ("same", "mapped", "fixed", "refused", "api")
         if rule.kind == "same":
             assert name in fields
@@ -77,7 +77,7 @@ def test_table_rules_are_used_and_targets_exist() -> None:
     for fn in th.FUNCTIONS:
         fields = thub_fields(fn)
         for name in th.names_for(fn):
-            rule = th.rule_for(fn, name, fields)
+            rule = th.rule_for(name, fields)
             if rule.kind == "mapped" and name in th.RULES:
                 for target in rule.thub.split(", "):
                     assert target in fields, (fn, name, target)
@@ -125,7 +125,7 @@ def test_same_names_accept_training_hubs_types(function: str) -> None:
     fields = thub_fields(function)
     checked = 0
     for name, annotation in annotations.items():
-        rule = th.rule_for(function, name, fields)
+        rule = th.rule_for(name, fields)
         if rule.kind != "same" or name in ("model_path", "data_path", "ckpt_output_dir"):
             continue
         adapter = TypeAdapter(Annotated[fields[name].annotation, fields[name]])

@@ -120,7 +120,7 @@ def translate_layers(
         values = {key: value for key, (value, _source) in layer.items()}
         new: dict[str, tuple[Any, str]] = {}
         renamed: dict[str, str] = {}
-        rules = {key: rule_for(algorithm, key, infos) for key in layer}
+        rules = {key: rule_for(key, infos) for key in layer}
         for key, (value, source) in layer.items():
             if key in infos and (rule := rules[key]) is not None and rule.convert is None:
                 new[key] = (value, source)  # thub's own parameter (same name as Training Hub's, or thub-only)
@@ -205,7 +205,7 @@ def signature_defaults(registry: Any, algorithm: str, backend: str | None, param
     fields = registry.algorithm(algorithm).load_parameters().model_fields
     sources = {}
     for name in sorted(BACKEND_READS.get(spec.name, frozenset()) & set(defaults)):
-        rule = rule_for(algorithm, name, fields)
+        rule = rule_for(name, fields)
         target = name if rule is None or rule.kind == "same" else rule.thub
         if name in params or target in params or f"THUB_{target.upper()}" in environ or target not in fields:
             continue
@@ -256,7 +256,7 @@ def rows() -> list[dict[str, Any]]:
     table: dict[tuple[str, str], dict[str, Any]] = {}
     for fn in FUNCTIONS:
         for name in names_for(fn):
-            rule = rule_for(fn, name, fields[fn])
+            rule = rule_for(name, fields[fn])
             kind = rule.kind if rule else "unclassified"
             # one row per (name, kind): max_tokens is thub's own for grpo, refused for osft
             row = table.setdefault((name, kind), {"name": name, "functions": [], "kind": kind,

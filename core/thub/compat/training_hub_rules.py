@@ -360,8 +360,9 @@ RULES: dict[str, Rule] = {
 }
 
 
-def rule_for(algorithm: str, name: str, thub_fields: Mapping[str, Any]) -> Rule | None:
-    """The rule for ``name`` in ``algorithm``: an explicit one, else ``same`` when thub has the field."""
+def rule_for(name: str, thub_fields: Mapping[str, Any]) -> Rule | None:
+    """The rule for ``name``: an explicit one, else ``same`` when ``thub_fields`` (the algorithm's
+    parameters) has the field."""
     rule = RULES.get(name)
     if name in thub_fields and (rule is None or rule.kind != "same"):
         return Rule("same", thub=name)  # e.g. max_tokens: refused for osft, thub's own for grpo
