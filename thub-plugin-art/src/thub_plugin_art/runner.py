@@ -102,7 +102,7 @@ def iteration_line(step: int, max_steps: int, learning_rate: float, rewards: lis
                    train_metrics: dict[str, Any], seconds: float) -> dict[str, Any]:
     """One metrics line per iteration: rollout statistics plus ART's training metrics."""
     mean = sum(rewards) / len(rewards) if rewards else None
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else None
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if mean is not None else None
     line: dict[str, Any] = {
         "max_steps": max_steps, "epoch": step / max_steps, "learning_rate": learning_rate,
         "reward": mean, "mean_reward": mean, "reward_std": std, "total_rollouts": len(rewards),

@@ -47,7 +47,7 @@ def token_masks(model_path: str, rows: list[dict[str, Any]], params: dict[str, A
     with tempfile.TemporaryDirectory() as tmp:
         encoded = _encode(model_path, rows, params, Path(tmp) / "all")
         if len(encoded) == len(rows):  # LLaMA-Factory keeps the order (no shuffle before the Trainer)
-            return encoded
+            return list(encoded)  # as list[dict | None] (list is invariant)
         out: list[dict[str, Any] | None] = []
         for i, row in enumerate(rows):  # it dropped some: find which, one row at a time
             try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from thub.backend import UsageError, shared_run_name
@@ -91,8 +92,8 @@ def gpus_per_node(params: dict[str, Any], environ: dict[str, str] | None = None)
         return 1
     if isinstance(value, int):
         return value
-    environ = os.environ if environ is None else environ
-    visible = [d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     if visible:
         return len(visible)
     raise UsageError(
