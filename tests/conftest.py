@@ -1,10 +1,13 @@
-"""Fixtures shared by the ``thub doctor`` tests (test_doctor.py, test_doctor_checks.py): a registry
-with a fake plugin whose checks have every kind of outcome, and the real registry."""
+"""Fixtures shared by the core tests: for ``thub doctor`` (test_doctor.py, test_doctor_checks.py) a registry
+with a fake plugin whose checks have every kind of outcome, and the real registry; for the trackers an
+interpreter without wandb."""
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +68,23 @@ def real_registry() -> Iterator[Registry]:
         yield get_registry()
     finally:
         set_registry(None)
+
+
+@pytest.fixture
+def without_wandb(tmp_path: Path) -> Path:
+    """A folder to put on PYTHONPATH: its sitecustomize makes ``wandb`` unimportable for the whole
+    interpreter, as if the package were not installed."""
+    folder = tmp_path / "without_wandb"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(textwrap.dedent("""
+        import sys
+
+        class _NotInstalled:
+            def find_spec(self, name, path=None, target=None):
+                if name == "wandb" or name.startswith("wandb."):
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+                return None
+
+        sys.meta_path.insert(0, _NotInstalled())
+    """))
+    return folder

@@ -253,29 +253,16 @@ def test_unreachable_store_stops_the_launch_with_exit_2(tmp_path: Path, demo_dat
     assert "Traceback" not in done.stderr and not out.exists()
 
 
-HIDE_WANDB = textwrap.dedent("""
-    import sys
-
-    class _NotInstalled:
-        def find_spec(self, name, path=None, target=None):
-            if name == "wandb" or name.startswith("wandb."):
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, _NotInstalled())
-""")
 
 
 def test_missing_tracker_package_stops_the_launch_with_the_install(tmp_path: Path, demo_data: Path,
-                                                                   tiny_model: Path) -> None:
+                                                                   tiny_model: Path, without_wandb: Path) -> None:
     """wandb made unimportable for the whole interpreter (a sitecustomize on PYTHONPATH): the
     launch is refused before anything is written, naming the install."""
-    (tmp_path / "hide").mkdir()
-    (tmp_path / "hide" / "sitecustomize.py").write_text(HIDE_WANDB)
     out = tmp_path / "never"
     done = _thub("train", "sft", "--backend", "trl", "--model-path", str(tiny_model), "--data-path",
                  str(demo_data / "chat.jsonl"), "--ckpt-output-dir", str(out), "--wandb-project", "p",
-                 PYTHONPATH=str(tmp_path / "hide"), WANDB_MODE="offline")
+                 PYTHONPATH=str(without_wandb), WANDB_MODE="offline")
     assert done.returncode == 2, done.stderr
     assert "Weights & Biases is on (wandb_project) but the wandb package is not installed" in done.stderr
     assert "fix: pip install wandb" in done.stderr and not out.exists()

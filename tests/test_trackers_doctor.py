@@ -7,20 +7,7 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
-
-HIDE_WANDB = textwrap.dedent("""
-    import sys
-
-    class _NotInstalled:
-        def find_spec(self, name, path=None, target=None):
-            if name == "wandb" or name.startswith("wandb."):
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, _NotInstalled())
-""")
 
 
 def _thub(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -38,11 +25,9 @@ def _config(tmp_path: Path, tiny_model: Path, demo_data: Path, **trackers: str) 
 
 
 def test_doctor_config_names_an_unreachable_store_and_a_missing_package(tmp_path: Path, tiny_model: Path,
-                                                                        demo_data: Path) -> None:
+                                                                        demo_data: Path, without_wandb: Path) -> None:
     config = _config(tmp_path, tiny_model, demo_data, mlflow_tracking_uri="http://127.0.0.1:9", wandb_project="p")
-    (tmp_path / "hide").mkdir()
-    (tmp_path / "hide" / "sitecustomize.py").write_text(HIDE_WANDB)
-    done = _thub("doctor", "--config", str(config), "core.trackers", "--json", PYTHONPATH=str(tmp_path / "hide"),
+    done = _thub("doctor", "--config", str(config), "core.trackers", "--json", PYTHONPATH=str(without_wandb),
                  WANDB_MODE="offline")
     assert done.returncode == 1, done.stdout + done.stderr
     check = next(c for c in json.loads(done.stdout)["checks"] if c["id"] == "core.trackers")
@@ -52,7 +37,7 @@ def test_doctor_config_names_an_unreachable_store_and_a_missing_package(tmp_path
     assert "pip install wandb" in check["fix"] and "mlflow server" in check["fix"]
 
     # the same preflight as `thub train --config` (which refuses the launch, exit 2)
-    train = _thub("train", "sft", "--config", str(config), PYTHONPATH=str(tmp_path / "hide"), WANDB_MODE="offline")
+    train = _thub("train", "sft", "--config", str(config), PYTHONPATH=str(without_wandb), WANDB_MODE="offline")
     assert train.returncode == 2 and "MLflow server http://127.0.0.1:9 is unreachable" in train.stderr
 
 
