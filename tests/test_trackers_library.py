@@ -172,3 +172,36 @@ def test_a_library_that_needs_wandb_api_key_gets_an_empty_one_offline_and_an_err
     assert wandb_key_environment({}, "ART", {}) == {}
     with pytest.raises(UsageError, match="ART logs to W&B only with WANDB_API_KEY set"):
         wandb_key_environment(params, "ART", {})
+
+
+@pytest.mark.parametrize(("status", "mlflow_status"), [("failed", "FAILED"), ("interrupted", "KILLED"),
+                                                       ("succeeded", "FINISHED")])
+def test_a_run_the_library_never_attached_to_ends_with_the_runs_status(tmp_path: Path, mlflow_store: str,
+                                                                       status: str, mlflow_status: str) -> None:
+    """thub creates the MLflow run before the library starts; a library that fails (or is killed)
+    before it attaches never ends it. The end event ends it with the run's status, not RUNNING forever;
+    a run the library ended itself is left as the library left it."""
+    pytest.importorskip("mlflow")
+    from mlflow import MlflowClient
+
+    from thub.manager import load_registry
+    from thub.specs import RunEvent
+
+    client = MlflowClient(tracking_uri=mlflow_store)
+    run_ids = []
+    for name in ("never-attached", "ended-by-library"):
+        run_dir = tmp_path / name
+        (run_dir / "logs").mkdir(parents=True)
+        values = {"ckpt_output_dir": str(run_dir), "mlflow_tracking_uri": mlflow_store}
+        context = RunContext("sft", "verl", dict(values), RunDirectory(run_dir),
+                             record={"algorithm": "sft", "backend": "verl", "parameters": {}})
+        run_id = library_tracker_environment(context, ("mlflow",), via="verl")["MLFLOW_RUN_ID"]
+        assert client.get_run(run_id).info.status == "RUNNING"
+        run_ids.append(run_id)
+    client.set_terminated(run_ids[1], status="FINISHED")  # what mlflow.end_run() in the library does
+
+    registry = load_registry()
+    for name in ("never-attached", "ended-by-library"):
+        registry.fire(RunEvent(status, str(tmp_path / name), "sft", "verl", {"status": status}))
+    assert client.get_run(run_ids[0]).info.status == mlflow_status
+    assert client.get_run(run_ids[1]).info.status == "FINISHED"

@@ -10,6 +10,7 @@ Tracker packages are imported only when a run turns one on.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -79,6 +80,12 @@ def thub_on_event(event: Any) -> None:
         sink = _SINKS.pop(event.run_dir, None)
         if sink is not None:
             sink.close(event.kind)
+        from thub.trackers import RECORD_FILE
+
+        if os.path.exists(os.path.join(event.run_dir, RECORD_FILE)):  # only then: mlflow is heavy
+            from thub.trackers.library import end_library_runs
+
+            end_library_runs(event.run_dir, event.kind)
 
 
 @hookimpl

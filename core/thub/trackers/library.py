@@ -127,6 +127,31 @@ def library_tracker_environment(context: RunContext, trackers: Iterable[str], *,
     return env
 
 
+def end_library_runs(run_dir: str | Path, status: str) -> None:
+    """End the MLflow run thub created for a library (``library_tracker_environment``) if it is still
+    running once the run is over: a library that failed or was killed before attaching (or before its
+    own ``end_run``) leaves it RUNNING forever. A run the library ended is left as it is. Called by the
+    parent at the run's end event; a tracker problem is a warning, never the run's failure."""
+    from thub.redact import REDACTED
+    from thub.trackers import read_record
+
+    info = read_record(run_dir).get("mlflow") or {}
+    run_id, uri = info.get("run_id"), str(info.get("tracking_uri") or "")
+    if info.get("route") != "library" or not run_id or not uri or REDACTED in uri:
+        return  # nothing thub opened, or a store whose credentials were not written down
+    try:
+        from mlflow import MlflowClient
+
+        from thub.trackers.sink import mlflow_status
+
+        client = MlflowClient(tracking_uri=uri)
+        if client.get_run(run_id).info.status == "RUNNING":
+            client.set_terminated(run_id, status=mlflow_status(status))
+    except Exception as exc:  # noqa: BLE001 - a tracker never changes the run's outcome
+        print(f"thub: WARNING: could not end the MLflow run {run_id}: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+
+
 def wandb_key_environment(params: Mapping[str, Any], library: str,
                           environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """For a library that logs to W&B only when ``WANDB_API_KEY`` is set and never reads

@@ -112,11 +112,15 @@ class MlflowWriter:
         self.client.log_batch(self.run_id, metrics=[Metric(k, v, stamp, step) for k, v in metrics.items()])
 
     def close(self, status: str) -> None:
-        self.client.set_terminated(self.run_id, status={"succeeded": "FINISHED", "interrupted": "KILLED"}
-                                   .get(status, "FAILED"))
+        self.client.set_terminated(self.run_id, status=mlflow_status(status))
 
     def info(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "tracking_uri": self.uri, "experiment": self.experiment}
+
+
+def mlflow_status(status: str) -> str:
+    """MLflow's terminal run status for a thub run status (succeeded, interrupted, failed)."""
+    return {"succeeded": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED")
 
 
 def ensure_experiment(uri: str, name: str) -> str:
