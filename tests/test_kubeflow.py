@@ -190,7 +190,10 @@ def test_simulated_kubeflow_worker_trains_and_reports(server: StatusServer, tiny
     lines = [json.loads(line) for line in (out / "training_metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 4 and all(line["max_steps"] == 4 for line in lines)
     progress = [r["trainerStatus"]["progressPercentage"] for r in server.received]
-    assert progress[-1] == 100 and 25 in progress and server.rejected == 0, progress
+    # the reporter sends the newest status when its worker is free: under load steps coalesce (CI saw
+    # [75, 100, 100]), so each report is a true step percentage, in order, ending at 100
+    assert progress == sorted(progress) and set(progress) <= {25, 50, 75, 100}, progress
+    assert progress[-1] == 100 and server.rejected == 0, progress
 
 
 # --- issue 13, item 11: never block, never leak ------------------------------------------------

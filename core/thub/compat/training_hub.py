@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from thub.compat.training_hub_rules import (
-    _HUB_DATA,
     BACKEND_READS,
     CALLBACK_HOOKS,
     DEFAULT_BACKEND,
     FUNCTIONS,
+    HUB_DATA_REFUSAL,
     KEYWORD_ONLY,
     KWARGS,
     RULES,
@@ -239,7 +239,7 @@ def check_data_path(algorithm: str, data_path: Any) -> None:
 
     if isinstance(data_path, str) and _HUB_ID.match(data_path) and not Path(data_path).exists():
         raise UsageError(f"data_path {data_path!r} looks like a Hugging Face dataset id and is not a local path: "
-                         + _HUB_DATA)
+                         + HUB_DATA_REFUSAL)
     if isinstance(data_path, str) and data_path.lower().endswith(".csv"):
         # Training Hub reads CSV (messages serialised as JSON text); thub reads JSONL, JSON, Parquet
         raise UsageError(f"data_path {data_path!r}: thub does not read CSV; convert it once: python -c \"import "

@@ -220,7 +220,7 @@ def _rdzv_id(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
 
 # --- the table ----------------------------------------------------------------------------------
 
-_HUB_DATA = ("thub reads local files, not a Hugging Face dataset stream: export it once, e.g. python -c \"from "
+HUB_DATA_REFUSAL = ("thub reads local files, not a Hugging Face dataset stream: export it once, e.g. python -c \"from "
              "datasets import load_dataset; load_dataset('ID', 'CONFIG', split='train[:N]').to_json('train.jsonl')\", "
              "then pass data_path='train.jsonl'")
 _JIT = "thub always saves a checkpoint and stops on SIGTERM or Ctrl-C; the same command with --resume continues"
@@ -342,9 +342,9 @@ RULES: dict[str, Rule] = {
     "loftq_config": refuse("LoftQ initialisation is not offered: use load_in_4bit (QLoRA)"),
     "save_model": rename("save_final_checkpoint"),
     # lora_grpo / grpo
-    "data_config": refuse(_HUB_DATA),
-    "n_train": refuse(_HUB_DATA),
-    "n_val": refuse(_HUB_DATA + " (a validation split: a second file)"),
+    "data_config": refuse(HUB_DATA_REFUSAL),
+    "n_train": refuse(HUB_DATA_REFUSAL),
+    "n_val": refuse(HUB_DATA_REFUSAL + " (a validation split: a second file)"),
     "rollout_fn": Rule("mapped", "a module-level async function becomes rollout_function='module:function' (art "
                                  "backend)", "rollout_function", _rollout),
     "tasks": refuse("thub reads the tasks from data_path: write one task per JSONL line and pass rollout_fn"),
