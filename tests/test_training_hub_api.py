@@ -12,6 +12,7 @@ import pytest
 
 import thub
 from thub.compat import training_hub as th
+from thub.compat import training_hub_rules as rules
 from thub.compat.training_hub_api import _Dispatcher, observe, result_with_training_hub_keys
 from thub.errors import UsageError
 from thub.manager import get_registry
@@ -79,7 +80,7 @@ class Recorder:
         self.calls: list[tuple[str, int, Any]] = []
 
     def __getattr__(self, hook: str) -> Any:
-        if hook not in th.CALLBACK_HOOKS:
+        if hook not in rules.CALLBACK_HOOKS:
             raise AttributeError(hook)
         return lambda context: self.calls.append((hook, context.step, context.loss))
 

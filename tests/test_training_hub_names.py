@@ -19,6 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 import thub
 from thub.compat import training_hub as th
+from thub.compat import training_hub_rules as rules
 from thub.errors import UsageError
 from thub.manager import get_registry
 
@@ -48,22 +49,22 @@ def thub_fields(function: str) -> dict[str, Any]:
     return get_registry().algorithm(function).load_parameters().model_fields
 
 
-@pytest.mark.parametrize("function", th.FUNCTIONS)
+@pytest.mark.parametrize("function", rules.FUNCTIONS)
 def test_signature_in_table_is_the_wheels(function: str) -> None:
     positional, keyword_only, _ = wheel_signature(function)
-    assert list(th.SIGNATURES[function]) == positional
-    assert list(th.KEYWORD_ONLY[function]) == keyword_only
+    assert list(rules.SIGNATURES[function]) == positional
+    assert list(rules.KEYWORD_ONLY[function]) == keyword_only
 
 
-@pytest.mark.parametrize("function", th.FUNCTIONS)
+@pytest.mark.parametrize("function", rules.FUNCTIONS)
 def test_every_keyword_is_classified(function: str) -> None:
     positional, keyword_only, _ = wheel_signature(function)
     fields = thub_fields(function)
-    unclassified = [name for name in positional + keyword_only + list(th.KWARGS[function])
-                    if th.rule_for(name, fields) is None]
+    unclassified = [name for name in positional + keyword_only + list(rules.KWARGS[function])
+                    if rules.rule_for(name, fields) is None]
     assert unclassified == []
     for name in positional + keyword_only:
-        rule = th.rule_for(name, fields)
+        rule = rules.rule_for(name, fields)
         assert rule.kind in ("same", "mapped", "fixed", "refused", "api")
         if rule.kind == "same":
             assert name in fields
@@ -72,13 +73,13 @@ def test_every_keyword_is_classified(function: str) -> None:
 
 
 def test_table_rules_are_used_and_targets_exist() -> None:
-    used = {name for fn in th.FUNCTIONS for name in th.names_for(fn)}
-    assert set(th.RULES) <= used, set(th.RULES) - used
-    for fn in th.FUNCTIONS:
+    used = {name for fn in rules.FUNCTIONS for name in rules.names_for(fn)}
+    assert set(rules.RULES) <= used, set(rules.RULES) - used
+    for fn in rules.FUNCTIONS:
         fields = thub_fields(fn)
-        for name in th.names_for(fn):
-            rule = th.rule_for(name, fields)
-            if rule.kind == "mapped" and name in th.RULES:
+        for name in rules.names_for(fn):
+            rule = rules.rule_for(name, fields)
+            if rule.kind == "mapped" and name in rules.RULES:
                 for target in rule.thub.split(", "):
                     assert target in fields, (fn, name, target)
 
@@ -86,11 +87,11 @@ def test_table_rules_are_used_and_targets_exist() -> None:
 def test_kwargs_cover_the_backends_own_arguments() -> None:
     """What Training Hub forwards from **kwargs: every instructlab/mini-trainer TrainingArgs field."""
     il = pytest.importorskip("instructlab.training")
-    assert set(il.TrainingArgs.model_fields) <= set(th.names_for("sft"))
+    assert set(il.TrainingArgs.model_fields) <= set(rules.names_for("sft"))
     import dataclasses
 
     mini_trainer = pytest.importorskip("mini_trainer")
-    assert {f.name for f in dataclasses.fields(mini_trainer.TrainingArgs)} <= set(th.names_for("osft"))
+    assert {f.name for f in dataclasses.fields(mini_trainer.TrainingArgs)} <= set(rules.names_for("osft"))
 
 
 SAMPLES: dict[str, list[Any]] = {
@@ -119,13 +120,13 @@ def _samples(name: str, annotation: str) -> list[Any]:
     return out
 
 
-@pytest.mark.parametrize("function", th.FUNCTIONS)
+@pytest.mark.parametrize("function", rules.FUNCTIONS)
 def test_same_names_accept_training_hubs_types(function: str) -> None:
     _, _, annotations = wheel_signature(function)
     fields = thub_fields(function)
     checked = 0
     for name, annotation in annotations.items():
-        rule = th.rule_for(name, fields)
+        rule = rules.rule_for(name, fields)
         if rule.kind != "same" or name in ("model_path", "data_path", "ckpt_output_dir"):
             continue
         adapter = TypeAdapter(Annotated[fields[name].annotation, fields[name]])
@@ -143,7 +144,7 @@ def test_callback_hooks_and_context_are_training_hubs() -> None:
     tree = ast.parse((_wheel() / "callbacks.py").read_text())
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     hooks = [n.name for n in classes["TrainingHubCallback"].body if isinstance(n, ast.FunctionDef)]
-    assert hooks == list(th.CALLBACK_HOOKS)
+    assert hooks == list(rules.CALLBACK_HOOKS)
     fields = [n.target.id for n in classes["TrainingHubContext"].body if isinstance(n, ast.AnnAssign)]
     from dataclasses import fields as dc_fields
 
@@ -157,7 +158,7 @@ def test_callback_hooks_and_context_are_training_hubs() -> None:
 
 def test_default_backends_are_registered_names() -> None:
     registry = get_registry()
-    for function, backend in th.DEFAULT_BACKEND.items():
+    for function, backend in rules.DEFAULT_BACKEND.items():
         assert function in registry.backend(backend).algorithms
 
 
@@ -223,7 +224,7 @@ def test_refusals_name_why_and_what_instead(tmp_path: Path, function: str, param
                                             message: str) -> None:
     data = PROMPTS if "grpo" in function else DATA
     with pytest.raises(UsageError, match=message):
-        dry(function, backend=th.DEFAULT_BACKEND[function], model_path="m", data_path=data,
+        dry(function, backend=rules.DEFAULT_BACKEND[function], model_path="m", data_path=data,
             ckpt_output_dir=str(tmp_path), **params)
 
 
@@ -278,7 +279,7 @@ def test_signature_defaults_are_the_wheels(function: str) -> None:
     args = node.args.args
     defaults = {a.arg: ast.literal_eval(d) for a, d in zip(args[len(args) - len(node.args.defaults):],
                                                            node.args.defaults)}
-    table = th.SIGNATURE_DEFAULTS[function]
+    table = rules.SIGNATURE_DEFAULTS[function]
     assert {name: defaults[name] for name in table} == table
     # the others are None, refused Hub-dataset settings, or the backend choice
     assert set(defaults) - set(table) - {n for n, v in defaults.items() if v is None} == {
@@ -294,9 +295,9 @@ def test_backend_reads_are_read_by_the_backend(backend: str, module: str) -> Non
     else:
         source = source.split("class ARTLoRAGRPOBackend", 1)[1].split("class LoRAGRPOAlgorithm", 1)[0]
     read = set(re.findall(r"""params\.get\(["']([a-z_0-9]+)["']""", source))
-    assert th.BACKEND_READS[backend] <= read
+    assert rules.BACKEND_READS[backend] <= read
     # and what it does not read is not applied there (Training Hub ignores it on that backend)
-    assert not (set(th.SIGNATURE_DEFAULTS["lora_grpo"]) - th.BACKEND_READS[backend]) & read
+    assert not (set(rules.SIGNATURE_DEFAULTS["lora_grpo"]) - rules.BACKEND_READS[backend]) & read
 
 
 def test_batch_names_use_the_world_size_of_the_merged_layers(thub_cli, tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ positional arguments, default backends and signature defaults, data-path checks,
 guide's table.
 
 The per-keyword rules and Training Hub 0.11.2's signatures they apply are data in
-:mod:`thub.compat.training_hub_rules`; every public name there is importable from here too.
+:mod:`thub.compat.training_hub_rules`.
 No training_hub import: its dependencies are not needed.
 """
 
@@ -15,35 +15,16 @@ from typing import Any
 
 from thub.compat.training_hub_rules import (
     BACKEND_READS,
-    CALLBACK_HOOKS,
     DEFAULT_BACKEND,
     FUNCTIONS,
     HUB_DATA_REFUSAL,
-    KEYWORD_ONLY,
-    KWARGS,
     RULES,
     SIGNATURE_DEFAULTS,
     SIGNATURES,
-    VERSION,
-    Converter,
-    Kind,
-    Rule,
-    fixed,
-    import_string,
     names_for,
-    refuse,
-    rename,
     rule_for,
 )
 from thub.errors import UsageError
-
-# public: the table's names (re-exported: callers and docs import them from here) and the logic here
-__all__ = [
-    "BACKEND_READS", "CALLBACK_HOOKS", "DEFAULT_BACKEND", "FUNCTIONS", "KEYWORD_ONLY", "KWARGS", "RULES",
-    "SIGNATURE_DEFAULTS", "SIGNATURES", "VERSION", "Converter", "Kind", "Rule", "fixed", "import_string",
-    "names_for", "refuse", "rename", "rule_for", "accepted_names", "translate_layers", "positional", "bind",
-    "default_backend", "signature_defaults", "verl_epochs", "check_data_path", "rows", "markdown_table",
-]
 
 # Training Hub names that become effective_batch_size together with the world size: converted by
 # :func:`_merged_batch` on the values of all layers (each may come from another layer), not per layer
