@@ -31,8 +31,11 @@ pip install --quiet -e ".[test]" -e ./thub-plugin-trl
 # A tiny random Llama + BPE tokenizer with a chat template: no download.
 [ -f examples/tiny/config.json ] || python examples/make_tiny_model.py >/dev/null
 
+# The README shows this same command (tests/test_first_contact_round2.py): --overwrite because
+# runs/demo-sft holds a finished run once the demo has run (a second setup.sh, or the README's step).
+demo_command=(thub train sft --backend trl --config examples/configs/sft.yaml --overwrite)
 if [ "$demo" = 1 ]; then
-  echo "== thub train sft --backend trl --config examples/configs/sft.yaml" >&2
-  thub train sft --backend trl --config examples/configs/sft.yaml --overwrite
+  echo "== ${demo_command[*]}" >&2
+  "${demo_command[@]}"
   echo "Set up. Next: . .venv/bin/activate, then the README's tour; tests: bash scripts/test-all.sh" >&2
 fi
