@@ -38,6 +38,19 @@ def demo_data() -> Path:
     return EXAMPLES / "data"
 
 
+@pytest.fixture(scope="session")
+def edge_cases() -> Path:
+    """The edge-case data set (tool calls, odd turn orders, overlong rows, Unicode, unmask, documents);
+    tests/fixtures/edge_cases/README.md describes each row."""
+    return ROOT / "tests" / "fixtures" / "edge_cases"
+
+
+@pytest.fixture(scope="session")
+def edge_cases_max_seq_len() -> int:
+    """The max_seq_len tests use with the edge-case set: every chat row fits but the overlong one."""
+    return 256
+
+
 
 @pytest.fixture(scope="session")
 def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
