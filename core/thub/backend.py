@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "ThubError": "thub.errors",
     "UsageError": "thub.errors",
     "did_you_mean": "thub.errors",
+    "DataMismatch": "thub.runner.built",
     # the machine and installed libraries
     "cuda_visible": "thub.selection",
     "when_gpu_visible": "thub.selection",
@@ -48,6 +49,9 @@ _EXPORTS: dict[str, str] = {
     "tokenize_chat": "thub.data",
     "load_tokenizer": "thub.data",
     "pretraining_blocks": "thub.data.blocks",
+    "processed_samples": "thub.data.expected",
+    # measured, not assumed: what the library built (context.report_built), see thub.runner.built
+    "collated_labels": "thub.runner.built",
     # metrics and progress
     "MetricsWriter": "thub.runner.metrics",
     "MetricsTail": "thub.runner.metrics",
@@ -79,6 +83,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ imports on use
     from thub.data import load_tokenizer, tokenize_chat
     from thub.data.blocks import pretraining_blocks
+    from thub.data.expected import processed_samples
     from thub.data.prepare import PrepareResult
     from thub.data.training import TrainingData
     from thub.errors import ThubError, UsageError, did_you_mean
@@ -87,6 +92,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
     from thub.launch.torchrun import torchrun_values
     from thub.manager import get_registry
     from thub.runner.batching import split_batch, world_size
+    from thub.runner.built import DataMismatch, collated_labels
     from thub.runner.context import RunContext
     from thub.runner.follow import PollingFollower
     from thub.runner.hf_trainer import (

@@ -80,6 +80,10 @@ class BaseParams(BaseModel):
     trust_remote_code: bool = param(False, group="core", help="Allow model code from the model repository.")
     gradient_checkpointing: bool | None = param(group="core",
                                                 help="Trade compute for memory by recomputing activations.")
+    allow_data_mismatch: bool = param(False, group="data",
+                                      help="Train even when the backend's library builds other examples or trained "
+                                           "tokens than thub validated (measured before step 1; see result.json "
+                                           "built).")
 
     # optimizer
     lr_scheduler: str | None = param(group="optimizer", help="Learning-rate schedule (linear, cosine, constant, ...).")

@@ -13,7 +13,9 @@ if TYPE_CHECKING:
 
 # Parameters thub itself consumes whatever the backend: where the model, data and run live.
 # divergence_steps: the supervisor stops a diverging run for every backend (thub.runner.supervisor)
-CORE_HANDLED = frozenset({"model_path", "data_path", "ckpt_output_dir", "data_format", "divergence_steps"})
+# allow_data_mismatch: thub's own check of what the library built (thub.runner.built), for every backend
+CORE_HANDLED = frozenset({"model_path", "data_path", "ckpt_output_dir", "data_format", "divergence_steps",
+                          "allow_data_mismatch"})
 
 
 @dataclass(frozen=True)

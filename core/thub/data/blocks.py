@@ -17,7 +17,11 @@ def pretraining_blocks(rows: Sequence[dict[str, Any]], tokenizer: Any, block_siz
     stream is cut into blocks and the incomplete tail is dropped. Labels equal the inputs (every
     token is trained). Raises ValueError when the documents hold less than one block.
     """
-    encoded = tokenizer([row["document"] for row in rows], add_special_tokens=False)["input_ids"]
+    from thub.data.tokenize import rust_tokenizer
+
+    # the Rust tokenizer: the same ids as transformers' tokenizer(...), and thub's light one has it too
+    encoded = [e.ids for e in rust_tokenizer(tokenizer).encode_batch([row["document"] for row in rows],
+                                                                     add_special_tokens=False)]
     stream: list[int] = []
     for ids in encoded:
         stream.extend(ids)

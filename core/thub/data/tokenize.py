@@ -172,8 +172,11 @@ def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: i
 def encode_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int | None, *,
                 unmask: bool = False, overlong: str = "truncate", locations: Sequence[str] | None = None,
                 template: ChatTemplate | None = None, sink: Callable[[list[Sample]], None] | None = None,
-                ) -> tuple[list[Sample], TokenizeStats]:
+                origin: list[int] | None = None) -> tuple[list[Sample], TokenizeStats]:
     """:func:`tokenize_chat` with samples as ``(input_ids, trained token ranges)``: no labels lists.
+
+    ``origin``, if given, receives the row index of each sample kept, in order (so that a sample
+    can be named by its row's ``file:line``).
 
     A sample's ranges are sorted, non-overlapping ``[start, end)`` token ranges whose labels are
     the ids (None: every token trained); :func:`expand_labels` turns them into labels. This is
@@ -223,7 +226,7 @@ def encode_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int
             if pending is not None:
                 kept_p, texts_p, spans_p, fast_p, future = pending
                 located = _locate(backend, fast_p, texts_p, spans_p, future.result())
-                _collect(kept_p, located, max_seq_len, overlong, stats, out, overlong_at, where)
+                _collect(kept_p, located, max_seq_len, overlong, stats, out, overlong_at, where, origin)
                 if sink is not None and out:
                     sink(out)  # runs while the Rust tokenizer encodes the next batch
                     out = []
@@ -283,7 +286,7 @@ def _with_offsets(backend: Any, texts: list[str]) -> list[Any]:
 
 
 def _collect(kept: list[int], located: list[Sample], max_seq_len: int | None, overlong: str, stats: TokenizeStats,
-             out: list[Sample], overlong_at: list[str], where: Any) -> None:
+             out: list[Sample], overlong_at: list[str], where: Any, origin: list[int] | None = None) -> None:
     """Turn one encoded batch into samples, applying the overlong policy."""
     for i, (ids, ranges) in zip(kept, located, strict=True):
         if max_seq_len is not None and len(ids) > max_seq_len:
@@ -313,6 +316,8 @@ def _collect(kept: list[int], located: list[Sample], max_seq_len: int | None, ov
         stats.trained_tokens += trained_count
         stats.lengths.append(len(ids))
         out.append((ids, ranges))
+        if origin is not None:
+            origin.append(i)
 
 
 def tokenize_documents(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int | None, *,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from thub.redact import real_values, redact
+from thub.runner.built import DataMismatch
 from thub.runner.context import RunContext
 from thub.runner.lifeline import PARENT_ENV, parent_alive, watch_parent
 from thub.runner.metrics import read_metrics
@@ -63,6 +64,11 @@ def run_child(run_path: str) -> int:
     try:
         runner = load_object(record["runner"])
         outcome: dict[str, Any] = runner(context) or {}
+    except DataMismatch as exc:
+        # measured before step 1 (built.json says why): bad input, not a crash; the supervisor
+        # turns it into exit 2 with this message, no traceback
+        print(f"thub: {exc}", file=sys.stderr, flush=True)
+        return 2
     except Exception as exc:
         traceback.print_exc()
         sys.stderr.flush()

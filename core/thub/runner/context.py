@@ -96,6 +96,19 @@ class RunContext:
         """The canonical rows of :meth:`data` (see :mod:`thub.data.formats`)."""
         return self.data().rows
 
+    def report_built(self, labels: Any = None, *, examples: int | None = None, by: str,
+                     reason: str | None = None) -> dict[str, Any]:
+        """Report what the library built, before step 1: each example's labels as the library
+        trains them (or, for a library that masks nothing, the number of ``examples``); thub
+        compares it with what it validated and raises ``DataMismatch`` (exit 2) on a difference
+        unless ``allow_data_mismatch`` is set. See :func:`thub.runner.built.report_built`.
+
+        Trainer-based runners get this from :func:`thub.backend.metrics_callback` for free.
+        """
+        from thub.runner.built import report_built
+
+        return report_built(self, labels, examples=examples, by=by, reason=reason)
+
     def prepare(self, tokenizer: Any, output: str | Path, **options: Any) -> PrepareResult:
         """Tokenize :meth:`data` into ``output`` with :func:`thub.data.prepare` (cached by content).
 

@@ -71,9 +71,29 @@ def with_legacy_logging_dir(config_class: type, config: Mapping[str, Any],
     return config
 
 
-def metrics_callback(context: RunContext) -> Any:
+def measure_trainer_data(context: RunContext, train_dataloader: Any, reason: str | None = None) -> dict[str, Any]:
+    """Report what a Trainer will train on (:meth:`RunContext.report_built`): every example of its
+    own train dataset put through its own data collator, so packing, truncation and the
+    collator's masking are what is counted."""
+    library = (context.record.get("versions") or {}).get("library") or {}
+    collate = train_dataloader.collate_fn
+    by = f"{library.get('name') or context.backend} {library.get('version') or ''}".strip()
+    by += f" ({type(collate).__name__} over the Trainer's train dataset)"
+    from thub.runner.built import collated_labels
+
+    labels = collated_labels(train_dataloader.dataset, collate)
+    if labels is None:
+        return context.report_built(examples=len(train_dataloader.dataset), by=by, reason=reason)
+    return context.report_built(labels, by=by, reason=reason)
+
+
+def metrics_callback(context: RunContext, *, reason: str | None = None) -> Any:
     """A ``TrainerCallback`` that writes thub's metrics stream, reports checkpoints and stops at
-    the next step boundary after SIGTERM/SIGINT (saving first, so ``--resume`` continues)."""
+    the next step boundary after SIGTERM/SIGINT (saving first, so ``--resume`` continues).
+
+    At ``on_train_begin`` (before step 1) it measures what the Trainer built
+    (:func:`measure_trainer_data`); ``reason`` is the library's known word on a difference.
+    """
     from transformers import TrainerCallback
 
     class ThubCallback(TrainerCallback):
@@ -103,7 +123,10 @@ def metrics_callback(context: RunContext) -> Any:
 
                 ensure_experiment(uri, os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default")
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        def on_train_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None,
+                           **_: Any) -> None:
+            if state.is_world_process_zero and train_dataloader is not None:
+                measure_trainer_data(context, train_dataloader, reason)  # a mismatch stops here: exit 2
             # after the report_to integrations opened their runs (they come first in the callback list)
             report_to = [r for r in (args.report_to or []) if r != "none"]
             if state.is_world_process_zero and report_to:

@@ -98,6 +98,10 @@ class Progress:
         trend = self._trend()
         if trend:
             console().print(trend, markup=False)
+        if result.get("built"):
+            from thub.runner.built import summary_line
+
+            console().print(summary_line(result["built"]), markup=False, highlight=False)
         if result.get("final_checkpoint"):
             console().print(f"final checkpoint: {result['final_checkpoint']}")
         for warning in result.get("warnings") or []:

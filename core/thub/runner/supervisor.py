@@ -115,11 +115,15 @@ def _validate_data(resolved: ResolvedConfig) -> TrainingData:
     return validate_training_data(resolved.values())
 
 
-def _keep_data(data: TrainingData, run_dir: RunDirectory) -> None:
-    """The validated rows where the child reads them back (thub_data/): validated once per run."""
+def _keep_data(data: TrainingData, run_dir: RunDirectory, params: dict[str, Any]) -> None:
+    """The validated rows where the child reads them back (thub_data/): validated once per run;
+    with them what thub trains of them, per example (thub.data.expected), for the child to
+    compare with what the library builds."""
+    from thub.data.expected import save_expected
     from thub.data.training import DATA_DIR, save_training_data
 
     save_training_data(data, run_dir.path / DATA_DIR)
+    save_expected(params, data, run_dir.path / DATA_DIR)
 
 
 def _preflight(resolved: ResolvedConfig, force: bool = False) -> None:
@@ -290,12 +294,22 @@ def run_training(
     from thub.launch.torchrun import is_head_node
 
     head = is_head_node()
+    created = not run_dir.path.exists()
     # the other nodes of a multi-node job (PET_NODE_RANK > 0) share node 0's directory: not theirs to lock
     with prepared_run(resolved, run_dir, data, overwrite=overwrite, resume=resume,
                       command_line=command_line or ["thub.api"], head=head) as prepared:
         # under Kubeflow / plain multi-node (PET_* set), only node 0 owns result.json
-        return supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
-                         resume_from=prepared.resume_from, quiet_json=quiet_json, head=head, lock=prepared.lock)
+        result = supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
+                           resume_from=prepared.resume_from, quiet_json=quiet_json, head=head, lock=prepared.lock)
+    if (result.get("built") or {}).get("refused"):
+        from thub.runner.built import DataMismatch
+
+        if created:  # stopped before step 1 as bad input: leave nothing behind (a rerun needs no --overwrite)
+            import shutil
+
+            shutil.rmtree(run_dir.path, ignore_errors=True)
+        raise DataMismatch(result["error"])
+    return result
 
 
 @dataclass
@@ -338,7 +352,7 @@ def prepared_run(resolved: ResolvedConfig, run_dir: RunDirectory, data: Training
         if launch is not None:
             record["launch"] = launch
         write_json_atomic(run_dir.record, record)
-        _keep_data(data, run_dir)  # the child reads these rows back (thub_data/)
+        _keep_data(data, run_dir, resolved.values())  # the child reads these rows back (thub_data/)
         yield PreparedRun(record, resume_from, lock)
 
 
@@ -360,6 +374,14 @@ def _resume_point(run_dir: RunDirectory) -> str | None:
         return str(found[0])
     truncate_after(run_dir.metrics, 0)
     return None
+
+
+def _refused(run_dir: RunDirectory) -> str | None:
+    """The message of a data mismatch that stopped the run before step 1, if that is what happened."""
+    from thub.runner.built import read_built
+
+    built = read_built(run_dir.path)
+    return str(built.get("message")) if built and built.get("refused") else None
 
 
 def _drop_incomplete_checkpoints(run_dir: RunDirectory, since: float) -> list[str]:
@@ -415,6 +437,10 @@ def supervise(
     if supervisor.diverged:
         result = {**base, "status": "failed", "error": supervisor.diverged, "root_cause": [supervisor.diverged],
                   "final_checkpoint": None}
+    elif code == 2 and result is None and _refused(run_dir):
+        # the library built other data than thub validated, measured before step 1 (thub.runner.built)
+        message = _refused(run_dir)
+        result = {**base, "status": "failed", "error": message, "root_cause": [message], "final_checkpoint": None}
     elif supervisor.killed_by_signal is not None and not saved:
         name = signal.Signals(supervisor.killed_by_signal).name
         reason = (f"stopped at once by a second signal ({name}); no checkpoint was saved for the stop: "
