@@ -6,17 +6,21 @@
 
 Keyword arguments rank like CLI flags in the precedence order (they override ``config`` and
 ``THUB_*``). Errors raise :class:`thub.errors.UsageError` (bad input) or return a result with
-``status`` ``failed``.
+``status`` ``failed``; their messages name the keywords (``overwrite=True``), not the CLI's flags
+(:mod:`thub.surface`). A run shows its progress on stderr as ``thub train`` does (a bar on a
+terminal, a line per step otherwise); ``progress=False`` keeps it quiet.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import Any
 
 from thub.config.resolve import ResolvedConfig, resolve
 from thub.manager import get_registry
+from thub.surface import python_api
 
 
 def _resolve(algorithm: str, backend: str | None, config: str | Path | None, allow_ignored: bool,
@@ -61,18 +65,22 @@ def dry_run_plan(resolved: ResolvedConfig) -> dict[str, Any]:
 def dry_run(algorithm: str, *, backend: str | None = None, config: str | Path | None = None,
             allow_ignored: bool = False, **params: Any) -> dict[str, Any]:
     """Resolve and validate; return the plan without running anything (as ``--dry-run --json``)."""
-    return dry_run_plan(_resolve(algorithm, backend, config, allow_ignored, params))
+    with python_api():
+        return dry_run_plan(_resolve(algorithm, backend, config, allow_ignored, params))
 
 
 def train(algorithm: str, *, backend: str | None = None, config: str | Path | None = None,
           overwrite: bool = False, resume: bool = False, allow_ignored: bool = False,
-          progress: bool = False, **params: Any) -> dict[str, Any]:
+          progress: bool = True, **params: Any) -> dict[str, Any]:
     """Run ``algorithm`` to its end in a supervised child process; returns ``result.json``.
 
-    Training Hub's ``callbacks`` (TrainingHubCallback objects) and ``iteration_callback`` are
-    called in this process from the run's events; they are never pickled into the child.
+    ``progress`` shows the run on stderr (a bar on a terminal, a line per step otherwise, then
+    the outcome); ``progress=False`` prints nothing. Training Hub's ``callbacks``
+    (TrainingHubCallback objects) and ``iteration_callback`` are called in this process from the
+    run's events; they are never pickled into the child.
     """
-    return _train(algorithm, backend, None, config, overwrite, resume, allow_ignored, progress, params)
+    with python_api():
+        return _train(algorithm, backend, None, config, overwrite, resume, allow_ignored, progress, params)
 
 
 def _train(algorithm: str, backend: str | None, backend_reason: str | None, config: str | Path | None,
@@ -96,6 +104,11 @@ def _train(algorithm: str, backend: str | None, backend_reason: str | None, conf
 
 def _training_hub_call(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """Training Hub's calling convention: its positional order, its default backend."""
+    with python_api():
+        return _training_hub_run(algorithm, args, kwargs)
+
+
+def _training_hub_run(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     from thub.compat import training_hub
 
     params = training_hub.bind(algorithm, args, kwargs)
@@ -112,7 +125,9 @@ def _training_hub_call(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, 
     for name, label in training_hub.verl_epochs(get_registry(), algorithm, backend, params).items():
         previous = relabel.pop("num_iterations", None)
         relabel[name] = f"api num_iterations, {label}" if given else f"{previous}, {label}"
-    control = {key: params.pop(key, False) for key in ("overwrite", "resume", "allow_ignored", "progress")}
+    defaults = inspect.signature(train).parameters  # train()'s keywords: one definition of the defaults
+    control = {key: params.pop(key, defaults[key].default) for key in ("overwrite", "resume", "allow_ignored",
+                                                                       "progress")}
     return _train(algorithm, backend, reason, config, control["overwrite"], control["resume"],
                   control["allow_ignored"], control["progress"], params, relabel)
 

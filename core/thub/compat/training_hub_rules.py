@@ -223,7 +223,8 @@ def _rdzv_id(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
 HUB_DATA_REFUSAL = ("thub reads local files, not a Hugging Face dataset stream: export it once, e.g. python -c \"from "
              "datasets import load_dataset; load_dataset('ID', 'CONFIG', split='train[:N]').to_json('train.jsonl')\", "
              "then pass data_path='train.jsonl'")
-_JIT = "thub always saves a checkpoint and stops on SIGTERM or Ctrl-C; the same command with --resume continues"
+_JIT = ("thub always saves a checkpoint and stops on SIGTERM or Ctrl-C; the same call with resume=True "
+        "(on the command line: --resume) continues")
 _VALIDATION = "thub validates every validation_frequency steps on the validation_split held out of data_path"
 _HPU = "thub trains on NVIDIA GPUs (and on CPU with the trl backend); Intel Gaudi (HPU) is not supported"
 _MT_DTYPE = "thub keeps mini-trainer's default dtypes (bf16 weights saved, fp32 optimizer state)"

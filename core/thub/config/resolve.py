@@ -27,6 +27,7 @@ from thub.errors import UsageError, did_you_mean
 from thub.manager import Registry
 from thub.redact import redact
 from thub.specs import AlgorithmSpec, BackendSpec
+from thub.surface import option
 
 # Keys a config file may hold besides parameters.
 META_KEYS = frozenset({"algorithm", "backend"})
@@ -274,5 +275,6 @@ def _check_honoured(registry: Registry, resolved: ResolvedConfig, allow_ignored:
     raise UsageError(
         f"backend {backend.name!r} does not honour these {algorithm} parameters:\n  "
         + "\n  ".join(problems)
-        + "\nremove them, choose another --backend, or pass --allow-ignored to run without them"
+        + f"\nremove them, choose another backend with {option('backend', 'NAME')}, "
+        + f"or pass {option('allow_ignored')} to run without them"
     )

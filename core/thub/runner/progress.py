@@ -114,4 +114,6 @@ class Progress:
         elif status == "interrupted":
             if result.get("reason"):
                 console().print(result["reason"], markup=False)
-            console().print("continue with the same command and --resume")
+            from thub.surface import again, option
+
+            console().print(f"continue with {again()} and {option('resume')}", markup=False)

@@ -22,6 +22,7 @@ from typing import Any
 
 from thub.errors import UsageError
 from thub.fileio import write_text_atomic
+from thub.surface import option, without
 
 FINISHED = ("succeeded",)
 
@@ -166,7 +167,7 @@ class RunDirectory:
         previous = read_json(self.result)
         if resume:
             if not self.record.exists():
-                raise UsageError(f"{self.path}: nothing to resume (no thub_run.json); run without --resume")
+                raise UsageError(f"{self.path}: nothing to resume (no thub_run.json); {without('resume')}")
             if previous and previous.get("status") in FINISHED:
                 raise UsageError(f"{self.path}: the run already finished ({previous['status']}); nothing to resume")
             record = read_json(self.record) or {}
@@ -178,11 +179,12 @@ class RunDirectory:
             if previous and previous.get("status") in FINISHED and not overwrite:
                 raise UsageError(
                     f"{self.path} holds a finished run (status {previous['status']}); "
-                    "pass --overwrite to replace it or choose another ckpt_output_dir"
+                    f"pass {option('overwrite')} to replace it or choose another ckpt_output_dir"
                 )
             if not overwrite:
                 raise UsageError(
-                    f"{self.path} holds an unfinished run; continue it with --resume or replace it with --overwrite"
+                    f"{self.path} holds an unfinished run; continue it with {option('resume')} "
+                    f"or replace it with {option('overwrite')}"
                 )
             for name in self.owned_entries():
                 _remove(self.path / name)
