@@ -1,7 +1,9 @@
-"""``thub data preview --backend B``: the comparison of trained text, and its errors.
+"""``thub data preview --backend B``: the comparison of trained text, and its errors; thub's own masks
+against transformers' on the edge-case set (tests/fixtures/edge_cases), and that reference's failures.
 
 The backends' own preprocessing is exercised in their plugins' tests (axolotl from its unpacked
-wheel, LLaMA-Factory in its managed environment), each on the whole demo data.
+wheel, LLaMA-Factory in its managed environment), each on the demo data and the edge-case set, with
+:mod:`thub.testing.masks` as the reference.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from thub.data.backend_masks import compare, masks_target
+from thub.testing.masks import mask_differences
 
 
 def _example(*segments: tuple[str, bool]) -> dict:
@@ -73,3 +78,43 @@ def test_preview_of_pre_tokenized_rows_decodes_them(tiny_model: Path, tmp_path: 
     example = json.loads(done.stdout)["examples"][0]
     assert (example["tokens"], example["trained_tokens"]) == (4, 2)
     assert [s["trained"] for s in example["segments"]] == [False, True]
+
+
+@pytest.mark.parametrize("unmask", [False, True])
+def test_thubs_own_masks_are_the_templates_on_the_edge_cases(unmask: bool, tiny_model: Path, demo_data: Path,
+                                                             edge_cases: Path, edge_cases_max_seq_len: int) -> None:
+    """thub's masks (what trl, unsloth and mini-trainer train on) are, row by row, what transformers'
+    ``return_assistant_tokens_mask`` marks: tool calls, odd turn orders, Unicode, unmask rows, the
+    overlong row cut (truncate) or left out (drop)."""
+    from transformers import AutoTokenizer
+
+    from thub.data import load_dataset_rows, tokenize_chat
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    for path in (demo_data / "chat.jsonl", edge_cases / "chat.jsonl"):
+        rows = load_dataset_rows(str(path))
+        for overlong in ("truncate", "drop"):
+            samples, _ = tokenize_chat(rows, tokenizer, edge_cases_max_seq_len, unmask=unmask, overlong=overlong)
+            assert mask_differences(rows, samples, tokenizer, edge_cases_max_seq_len, unmask=unmask,
+                                    overlong=overlong) == [], (path, overlong)
+
+
+def test_the_mask_reference_catches_a_changed_label_a_dropped_row_and_other_tokens(
+        tiny_model: Path, edge_cases: Path, edge_cases_max_seq_len: int) -> None:
+    from transformers import AutoTokenizer
+
+    from thub.data import load_dataset_rows, tokenize_chat
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    rows = load_dataset_rows(str(edge_cases / "chat.jsonl"))
+    samples, _ = tokenize_chat(rows, tokenizer, edge_cases_max_seq_len)
+    one_more = [dict(s) for s in samples]
+    one_more[2] = {**samples[2], "labels": [samples[2]["input_ids"][0], *samples[2]["labels"][1:]]}
+    assert mask_differences(rows, one_more, tokenizer, edge_cases_max_seq_len) == [
+        "row 3: labels differ (103 trained, the template marks 102)"]
+    assert mask_differences(rows, samples[:-1], tokenizer, edge_cases_max_seq_len) == [
+        "10 rows became 9 samples, expected 10"]
+    shifted = [{**s, "input_ids": s["input_ids"][1:]} for s in samples]
+    assert mask_differences(rows, shifted, tokenizer, edge_cases_max_seq_len, locations=[f"f:{i}" for i in
+                                                                                          range(1, 11)])[0] == \
+        "f:1: input_ids differ from the chat template's"

@@ -99,3 +99,28 @@ def test_pretraining_documents_become_token_rows(tiny_model: Path, demo_data: Pa
     assert report.train_units == -(-report.total_tokens // 32)  # blocks per epoch
     row = json.loads(Path(report.processed_file).read_text().splitlines()[0])
     assert row["len"] == len(row["input_ids"])
+
+
+@pytest.mark.parametrize("unmask", [False, True])
+@pytest.mark.parametrize("data", ["demo", "edge_cases"])
+def test_processed_rows_train_the_template_marked_tokens(data: str, unmask: bool, tiny_model: Path, demo_data: Path,
+                                                         edge_cases: Path, edge_cases_max_seq_len: int,
+                                                         tmp_path: Path) -> None:
+    """The data.jsonl instructlab-training trains on holds, row by row, the tokens the model's template
+    marks (tool calls, odd turn orders, Unicode; every token of an ``unmask`` row, role headers and
+    system turns included, as thub's unmask means), less the rows it drops by length (counted)."""
+    from transformers import AutoTokenizer
+
+    from thub.data import load_dataset_rows
+    from thub.testing.masks import mask_differences, reference_sample
+
+    path = (demo_data if data == "demo" else edge_cases) / "chat.jsonl"
+    plan, params = _plan(tiny_model, path, tmp_path / "run", max_seq_len=edge_cases_max_seq_len,
+                         unmask_messages=unmask)
+    report = prepare(plan, _context(params))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    rows = [r for r in load_dataset_rows(str(path))
+            if 20 <= len(reference_sample(r, tokenizer)["input_ids"]) < edge_cases_max_seq_len]
+    assert report.kept_samples == len(rows) and (data == "demo" or report.dropped_short == report.dropped_long == 1)
+    processed = [json.loads(line) for line in Path(report.processed_file).read_text().splitlines()]
+    assert mask_differences(rows, processed, tokenizer, unmask=unmask) == []

@@ -65,6 +65,34 @@ def test_prepared_chat_file_is_what_mini_trainer_reads(tiny_model: Path, demo_da
     assert sum(mb["num_samples"] for mb in batch) == 8
 
 
+@pytest.mark.parametrize("unmask", [False, True])
+@pytest.mark.parametrize("data", ["demo", "edge_cases"])
+def test_mini_trainer_reads_the_template_marked_tokens(data: str, unmask: bool, tiny_model: Path, demo_data: Path,
+                                                       edge_cases: Path, edge_cases_max_seq_len: int,
+                                                       tmp_path: Path) -> None:
+    """What mini-trainer's own loader reads from thub's prepared file is, row by row, the tokens the
+    model's template marks (tool calls, odd turn orders, Unicode, unmask rows); the overlong row is
+    dropped, as the plan says (``overlong: drop``)."""
+    from mini_trainer.sampler import JsonlDataset
+    from thub_plugin_minitrainer.runner import prepare_data
+    from transformers import AutoTokenizer
+
+    from thub.data import load_dataset_rows
+    from thub.testing.masks import mask_differences
+
+    path = (demo_data if data == "demo" else edge_cases) / "chat.jsonl"
+    params = _params("sft", tiny_model, path, tmp_path / "run", max_seq_len=edge_cases_max_seq_len,
+                     unmask_messages=unmask)
+    plan = translate("sft", params, environ={})
+    assert plan["data"]["overlong"] == "drop"
+    prepare_data(_context("sft", params), plan)
+    dataset = JsonlDataset(path=plan["data"]["output"])
+    samples = [{"input_ids": dataset[i]["input_ids"].tolist(), "labels": dataset[i]["labels"].tolist()}
+               for i in range(len(dataset))]
+    assert mask_differences(load_dataset_rows(str(path)), samples, AutoTokenizer.from_pretrained(tiny_model),
+                            edge_cases_max_seq_len, unmask=unmask, overlong="drop") == []
+
+
 def test_prepared_documents_become_mini_trainer_blocks(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
     from mini_trainer import PretrainingConfig
     from mini_trainer.sampler import get_data_loader

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from thub.config.resolve import resolve
+from thub.manager import load_registry
 from thub.runner.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -77,21 +79,40 @@ def test_refuses_to_overwrite_a_finished_run(tiny_model: Path, demo_data: Path, 
     assert thub("train", "sft", *args, "--overwrite").returncode == 0
 
 
-def test_assistant_only_labels_on_the_real_prepared_data(tiny_model: Path, demo_data: Path) -> None:
-    from transformers import AutoTokenizer
+@pytest.mark.parametrize("unmask", [False, True])
+@pytest.mark.parametrize("data", ["demo", "edge_cases"])
+def test_sft_trainer_trains_the_template_marked_tokens(data: str, unmask: bool, tiny_model: Path, demo_data: Path,
+                                                       edge_cases: Path, edge_cases_max_seq_len: int,
+                                                       tmp_path: Path) -> None:
+    """What TRL's SFTTrainer itself prepares and collates from the runner's dataset is, row by row, the
+    tokens the model's template marks (tool calls, odd turn orders, Unicode, unmask rows, the overlong row
+    cut at max_seq_len): TRL's own preparation (its truncation, its dropping of fully masked rows) changes
+    nothing."""
+    import trl
+    from thub_plugin_trl.runner import _load_tokenizer, _sft_dataset
+    from transformers import AutoModelForCausalLM
 
-    from thub.data import load_dataset_rows, tokenize_chat
+    from thub.data import load_dataset_rows
+    from thub.runner.context import RunContext
+    from thub.runner.rundir import RunDirectory
+    from thub.testing.masks import mask_differences
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    rows = load_dataset_rows(str(demo_data / "chat.jsonl"))[:8]
-    prepared, _stats = tokenize_chat(rows, tokenizer, 128)
-    for row, sample in zip(rows, prepared, strict=True):
-        expected = tokenizer.apply_chat_template(row["messages"], tokenize=True, return_dict=True,
-                                                 return_assistant_tokens_mask=True)
-        assert sample["input_ids"] == expected["input_ids"]
-        trained = [t for t, label in zip(sample["input_ids"], sample["labels"], strict=True) if label != -100]
-        assert trained == [t for t, m in zip(expected["input_ids"], expected["assistant_masks"], strict=True) if m]
-        assert trained and len(trained) < len(sample["input_ids"])
+    path = (demo_data if data == "demo" else edge_cases) / "chat.jsonl"
+    registry = load_registry()
+    flags = {"model_path": str(tiny_model), "data_path": str(path), "ckpt_output_dir": str(tmp_path / "run"),
+             "max_seq_len": edge_cases_max_seq_len, "unmask_messages": unmask}
+    params = resolve(registry, "sft", backend="trl", flags=flags, environ={}).values()
+    plan = registry.translate("sft", "trl", params)
+    tokenizer = _load_tokenizer(params)
+    train, _ = _sft_dataset(RunContext("sft", "trl", params, RunDirectory(tmp_path / "run")), plan, tokenizer)
+    trainer = trl.SFTTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model), processing_class=tokenizer,
+                             args=trl.SFTConfig(**plan["config"]), train_dataset=train)
+    prepared = trainer.train_dataset
+    batch = trainer.data_collator([prepared[i] for i in range(len(prepared))])
+    samples = [{"input_ids": ids[mask.bool()].tolist(), "labels": labels[mask.bool()].tolist()}
+               for ids, labels, mask in zip(batch["input_ids"], batch["labels"], batch["attention_mask"], strict=True)]
+    rows = load_dataset_rows(str(path))
+    assert mask_differences(rows, samples, tokenizer, edge_cases_max_seq_len, unmask=unmask) == []
 
 
 def test_lora_sft_saves_an_adapter(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:

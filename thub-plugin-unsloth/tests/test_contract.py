@@ -168,26 +168,29 @@ def test_collator_pads_labels_with_ignore_index() -> None:
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
 
 
-def test_rows_get_assistant_only_labels(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("unmask", [False, True])
+@pytest.mark.parametrize("data", ["demo", "edge_cases"])
+def test_rows_get_the_template_marked_labels(data: str, unmask: bool, tiny_model: Path, demo_data: Path,
+                                             edge_cases: Path, edge_cases_max_seq_len: int, tmp_path: Path) -> None:
+    """The rows the runner trains on are, row by row, the tokens the model's template marks (tool calls,
+    odd turn orders, Unicode, unmask rows, the overlong row cut at max_seq_len)."""
     from thub_plugin_unsloth.runner import prepare_rows
     from transformers import AutoTokenizer
 
+    from thub.data import load_dataset_rows
     from thub.runner.context import RunContext
     from thub.runner.rundir import RunDirectory
+    from thub.testing.masks import mask_differences
 
-    def context(params: dict) -> RunContext:
-        return RunContext("lora_sft", "unsloth", params, RunDirectory(tmp_path))
-
+    path = (demo_data if data == "demo" else edge_cases) / "chat.jsonl"
+    registry = load_registry()
+    flags = {**BASE, "data_path": str(path), "max_seq_len": edge_cases_max_seq_len, "unmask_messages": unmask}
+    params = resolve(registry, "lora_sft", backend="unsloth", flags=flags, environ={}).values()
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    params = {"data_path": str(demo_data / "chat.jsonl"), "data_format": "auto", "max_seq_len": 256,
-              "document_column_name": "document"}
-    plan = _plan()
-    rows = prepare_rows(context(params), plan, tokenizer)
-    first = rows[0]
-    trained = sum(label != -100 for label in first["labels"])
-    assert 0 < trained < len(first["input_ids"]), "prompt tokens must be masked, the answer trained"
-    unmasked = prepare_rows(context({**params, "unmask_messages": True}), _plan(unmask_messages=True), tokenizer)
-    assert sum(label != -100 for label in unmasked[0]["labels"]) > trained
+    rows = prepare_rows(RunContext("lora_sft", "unsloth", params, RunDirectory(tmp_path)),
+                        registry.translate("lora_sft", "unsloth", params), tokenizer)
+    assert mask_differences(load_dataset_rows(str(path)), rows, tokenizer, edge_cases_max_seq_len,
+                            unmask=unmask) == []
 
 
 def test_save_merged_exports_16_bit_after_the_adapter() -> None:

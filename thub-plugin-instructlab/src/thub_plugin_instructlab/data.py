@@ -6,6 +6,11 @@ instructlab-training's own processing (its chat template handling and masks) int
 ``{data_output_dir}/data.jsonl`` -- the file its training step reads -- and counts the samples that
 processing drops: those shorter than 20 tokens and those of ``max_seq_len`` tokens or more
 (``filter_samples_by_length``, which drops them silently). Runs on CPU; imports instructlab.
+
+``unmask`` means every token in thub (role headers, system turns, template text); instructlab's own
+``unmask`` trains the contents of user, assistant and tool turns only. thub therefore sets the
+labels of every unmasked sample to its input ids after instructlab's processing (the tokens are
+the same; only the mask differs), so both mean what ``thub data preview`` shows.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -51,6 +57,35 @@ class DataReport:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def unmask_fully(processed: Path, rows: list[dict[str, Any]], unmask: bool, model_path: str,
+                 trust_remote_code: bool = False) -> int:
+    """Train every token of the unmasked samples in instructlab's ``data.jsonl`` (thub's meaning of
+    ``unmask``); returns how many samples changed. A sample is found by its input ids, which thub's
+    rendering of the row gives (instructlab renders with the same chat template)."""
+    unmasked = [row for row in rows if unmask or row.get("unmask")]
+    if not unmasked:
+        return 0
+    from thub.backend import load_tokenizer, tokenize_chat
+
+    tokenizer = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
+    samples, _ = tokenize_chat(unmasked, tokenizer, None, unmask=True)
+    wanted = Counter(tuple(sample["input_ids"]) for sample in samples)
+    changed, lines = 0, []
+    for raw in processed.read_text().splitlines():
+        record = json.loads(raw)
+        key = tuple(record["input_ids"])
+        if wanted[key] > 0:
+            wanted[key] -= 1
+            if record["labels"] != record["input_ids"]:
+                record["labels"] = list(record["input_ids"])
+                changed += 1
+        lines.append(json.dumps(record))
+    temporary = processed.with_suffix(".tmp")
+    temporary.write_text("".join(line + "\n" for line in lines))
+    temporary.replace(processed)  # renamed into place: never half-written
+    return changed
 
 
 def write_input(rows: list[dict[str, Any]], path: Path, *, mode: str, unmask: bool, document_column: str) -> int:
@@ -135,6 +170,8 @@ def prepare(plan: dict[str, Any], context: RunContext) -> DataReport:
                 data_path=str(source), data_output_path=str(output_dir), max_seq_len=args["max_seq_len"],
                 model_path=args["model_path"], num_cpu_procs=args["data_process_num_cpu_procs"],
             )
+        unmask_fully(processed, rows, plan["data"]["unmask"], args["model_path"],
+                     bool(context.params.get("trust_remote_code")))
     lengths = _read_lengths(processed)
     units = len(lengths)
     if mode == "pretraining":

@@ -211,7 +211,7 @@ def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, s
         "data": {
             "mode": "pretraining" if pretraining else "chat",
             "loss_on": "all tokens" if pretraining else
-                       "every non-system turn" if params.get("unmask_messages") else "assistant tokens",
+                       "all tokens" if params.get("unmask_messages") else "assistant tokens",
             "unmask": bool(params.get("unmask_messages")),
             "min_tokens": MIN_SAMPLE_TOKENS,
             "processed_file": f"{args['data_output_dir']}/data.jsonl",
