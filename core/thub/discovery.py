@@ -32,7 +32,8 @@ def cache_dir() -> str:
     return os.path.join(base, "thub")
 
 
-def _distributions(entry: str) -> list[list[Any]]:
+def distribution_folders(entry: str) -> list[list[Any]]:
+    """``[name, mtime_ns]`` of each ``*.dist-info``/``*.egg-info`` folder of one ``sys.path`` entry, sorted."""
     found = []
     try:
         with os.scandir(entry or ".") as listing:
@@ -48,7 +49,7 @@ def fingerprint() -> str:
     """A digest of everything that decides which entry points exist (see the module doc)."""
     # entries without distributions (the script's folder, the working directory) cannot provide
     # plugins and are left out, so `thub` and `python -m thub` share one cache entry
-    places = [[entry, found] for entry in sys.path if (found := _distributions(entry))]
+    places = [[entry, found] for entry in sys.path if (found := distribution_folders(entry))]
     parts = [CACHE_VERSION, sys.version, os.environ.get("THUB_PLUGINS"), os.environ.get("THUB_DISABLE_PLUGINS"),
              places]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
@@ -116,9 +117,11 @@ def entry_points() -> list[PluginEntryPoint]:
             pass
     from importlib import metadata
 
-    found = [
-        PluginEntryPoint(ep.name, ep.value, ep.dist.name if ep.dist else None, ep.dist.version if ep.dist else None)
-        for ep in metadata.entry_points(group=GROUP)
-    ]
+    from thub.installed import parsed  # each distribution's metadata is read once per process
+
+    found = []
+    for ep in metadata.entry_points(group=GROUP):
+        dist = parsed(ep.dist) if ep.dist else None
+        found.append(PluginEntryPoint(ep.name, ep.value, dist.name if dist else None, dist.version if dist else None))
     write_cache("entry-points.json", key, [[e.name, e.value, e.distribution, e.version] for e in found])
     return found

@@ -15,12 +15,9 @@ def installed_version(distribution: str | None) -> str | None:
     """The installed version of ``distribution`` from its metadata (nothing imported), or None."""
     if not distribution:
         return None
-    from importlib import metadata  # imported on use: plugins import this module at start-up
+    from thub import installed
 
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
+    return installed.version(distribution)
 
 
 def module_origin(module: str, python: str | None = None, *, timeout: float = 60) -> str | None:
@@ -53,8 +50,6 @@ def module_origin(module: str, python: str | None = None, *, timeout: float = 60
 
 def requirement_problem(specifier: str) -> str | None:
     """None if ``specifier`` is satisfied by an installed distribution, else what is wrong."""
-    from importlib import metadata
-
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
@@ -63,9 +58,8 @@ def requirement_problem(specifier: str) -> str | None:
         return f"invalid requirement {specifier!r}: {exc}"
     if requirement.marker is not None and not requirement.marker.evaluate():
         return None
-    try:
-        installed = metadata.version(requirement.name)
-    except metadata.PackageNotFoundError:
+    installed = installed_version(requirement.name)
+    if installed is None:
         return f"{requirement.name} is not installed (needs {specifier})"
     if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
         return f"{requirement.name} {installed} is installed, needs {specifier}"

@@ -16,10 +16,10 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from importlib import metadata
 from importlib.util import find_spec
 from typing import Any
 
+from thub import installed
 from thub.redact import REDACTED, is_secret_name, redact_text
 from thub.selection import installed_version
 
@@ -73,10 +73,9 @@ def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
 def package_versions() -> dict[str, str]:
     """Installed versions of the packages in :data:`PACKAGES` (from metadata, no import)."""
     found = {name: version for name in PACKAGES if (version := installed_version(name))}
-    for dist in metadata.distributions():
-        name = dist.metadata.get("Name") or ""  # type: ignore[attr-defined]  # .get: typed in 3.12+ stubs only
-        if name.lower().startswith(("thub-plugin-", "thub_plugin_")):
-            found.setdefault(name, dist.version)
+    for dist in installed.distributions():
+        if dist.key.startswith("thub-plugin-"):
+            found.setdefault(dist.name, dist.version)
     return dict(sorted(found.items(), key=lambda kv: kv[0].lower()))
 
 

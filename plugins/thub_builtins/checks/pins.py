@@ -5,19 +5,20 @@
 working backend. A pin conflicts when the installed version of its distribution satisfies some
 other installed distribution (or installed backend) that the pin's range cannot satisfy together
 with it. Then the fix is an environment of its own: ``thub install BACKEND --into managed``.
-Metadata only; nothing is imported, no resolver runs (doctor checks take milliseconds).
+Metadata only (each distribution's read once per process: :mod:`thub.installed`); nothing is
+imported, no resolver runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from importlib import metadata
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from thub import installed
 from thub.specs import BackendSpec
 
 
@@ -50,11 +51,16 @@ Needs = dict[str, list[tuple[str, str, SpecifierSet]]]
 
 def installed_needs() -> Needs:
     """Every versioned requirement of the installed distributions (markers applied), by the
-    canonical name it requires: one pass over the metadata for any number of pins."""
+    canonical name it requires; built once per installed set (:func:`thub.installed.derived`),
+    for any number of pins and checks. Read-only."""
+    return installed.derived(_installed_needs)
+
+
+def _installed_needs() -> Needs:
     needs: Needs = {}
-    for dist in metadata.distributions():
-        owner = dist.metadata.get("Name") or ""  # type: ignore[attr-defined]  # .get: typed in 3.12+ stubs only
-        for text in dist.requires or []:
+    for dist in installed.distributions():
+        owner = dist.name
+        for text in dist.requires:
             try:
                 req = Requirement(text)
             except InvalidRequirement:
@@ -82,10 +88,7 @@ def contradiction(text: str, skip: Iterable[str] = (), others: Iterable[BackendS
     except InvalidRequirement:
         return None
     name = canonicalize_name(req.name)
-    try:
-        installed: str | None = metadata.version(req.name)
-    except metadata.PackageNotFoundError:
-        installed = None
+    current = installed.version(req.name)
     skipped = {canonicalize_name(s) for s in skip} | {name}
     if installed_by_name is None:
         installed_by_name = installed_needs()
@@ -99,10 +102,10 @@ def contradiction(text: str, skip: Iterable[str] = (), others: Iterable[BackendS
             if canonicalize_name(theirs.name) == name and str(theirs.specifier):
                 needs.append((f"backend {other.name}", theirs.specifier))
     for who, wanted in needs:
-        if installed is not None and not wanted.contains(installed, prereleases=True):
+        if current is not None and not wanted.contains(current, prereleases=True):
             continue  # already unsatisfied: not something this install would break
         if not compatible(req.specifier, wanted):
-            return f"installed {req.name} {installed or '-'} is what {who} needs: {wanted}"
+            return f"installed {req.name} {current or '-'} is what {who} needs: {wanted}"
     return None
 
 

@@ -1,6 +1,7 @@
 """Checks of the Python environment: interpreter, plugins, requirements, conflicts, bad releases.
 
-Everything here reads installed-distribution metadata; nothing imports a training library.
+Everything here reads installed-distribution metadata (once per process: :mod:`thub.installed`);
+nothing imports a training library.
 """
 
 from __future__ import annotations
@@ -8,13 +9,13 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from thub import installed
+from thub.installed import InstalledDist
 from thub.specs import BackendSpec, CheckContext, CheckResult
 from thub_builtins.checks._util import fail, ok, quote, skip, warn
 
@@ -191,28 +192,17 @@ def _problems(specs: tuple[str, ...]) -> list[str | None]:
     return [requirement_problem(spec) for spec in specs]
 
 
-@dataclass(frozen=True)
-class _Dist:
-    name: str
-    version: str
-    dist: metadata.Distribution
-
-
-def _installed() -> tuple[dict[str, _Dist], list[str]]:
+def _installed() -> tuple[dict[str, InstalledDist], list[str]]:
     """First distribution per canonical name in ``sys.path`` order (what imports see), and
     duplicates (several ``.dist-info`` of one name, a classic stale-install leftover)."""
-    found: dict[str, _Dist] = {}
+    found: dict[str, InstalledDist] = {}
     duplicates: list[str] = []
-    for dist in metadata.distributions():
-        raw = dist.metadata.get("Name")  # type: ignore[attr-defined]  # .get: typed in 3.12+ stubs only
-        if not raw:
+    for dist in installed.distributions():
+        if dist.key in found:
+            if found[dist.key].version != dist.version:
+                duplicates.append(f"{dist.name}: {found[dist.key].version} and {dist.version} are both installed")
             continue
-        name = canonicalize_name(raw)
-        if name in found:
-            if found[name].version != dist.version:
-                duplicates.append(f"{raw}: {found[name].version} and {dist.version} are both installed")
-            continue
-        found[name] = _Dist(raw, dist.version, dist)
+        found[dist.key] = dist
     return found, duplicates
 
 
@@ -226,13 +216,13 @@ def _thub_related(name: str, context: CheckContext) -> bool:
     return name == "thub" or (owner is not None and canonicalize_name(owner) == name)
 
 
-def _requirement_conflicts(installed: dict[str, _Dist],
+def _requirement_conflicts(found: dict[str, InstalledDist],
                            context: CheckContext) -> Iterator[tuple[bool, str, str, str]]:
     """(involves thub, message, requirement to install, who requires it) per unsatisfied requirement."""
-    for name, info in installed.items():
+    for name, info in found.items():
         related = _thub_related(name, context)
-        extras = info.dist.metadata.get_all("Provides-Extra") or []
-        for text in info.dist.requires or []:
+        extras = info.extras
+        for text in info.requires:
             try:
                 req = Requirement(text)
             except InvalidRequirement:
@@ -246,7 +236,7 @@ def _requirement_conflicts(installed: dict[str, _Dist],
                     continue
             elif marker is not None and not marker.evaluate({"extra": ""}):
                 continue
-            target = installed.get(canonicalize_name(req.name))
+            target = found.get(canonicalize_name(req.name))
             if target is None:
                 if not gated:
                     yield (related, f"{info.name} {info.version} requires {req}, which is not installed", str(req),
@@ -263,8 +253,8 @@ def _requirement_conflicts(installed: dict[str, _Dist],
 
 
 def check_conflicts(context: CheckContext) -> CheckResult:
-    installed, duplicates = _installed()
-    conflicts = list(_requirement_conflicts(installed, context))
+    found, duplicates = _installed()
+    conflicts = list(_requirement_conflicts(found, context))
     ours = [c for c in conflicts if c[0]]
     details = [message for _, message, *_ in sorted(conflicts, key=lambda c: not c[0])] + duplicates
     if ours:
@@ -288,7 +278,7 @@ def check_conflicts(context: CheckContext) -> CheckResult:
             details,
             anchor="coreconflicts",
         )
-    return ok(f"{len(installed)} distributions, no conflicting requirements")
+    return ok(f"{len(found)} distributions, no conflicting requirements")
 
 
 def _safe_fix(conflicts: list[tuple[bool, str, str, str]]) -> str:
@@ -314,11 +304,10 @@ def _safe_fix(conflicts: list[tuple[bool, str, str, str]]) -> str:
 
 def check_compromised(_: CheckContext) -> CheckResult:
     hits: list[tuple[str, str, str]] = []
-    for dist in metadata.distributions():
-        raw = dist.metadata.get("Name") or ""  # type: ignore[attr-defined]  # .get: typed in 3.12+ stubs only
-        bad = KNOWN_COMPROMISED.get(canonicalize_name(raw), {})
+    for dist in installed.distributions():
+        bad = KNOWN_COMPROMISED.get(dist.key, {})
         if dist.version in bad:
-            hits.append((raw, dist.version, bad[dist.version]))
+            hits.append((dist.name, dist.version, bad[dist.version]))
     if not hits:
         return ok(f"none of {sum(len(v) for v in KNOWN_COMPROMISED.values())} known-compromised releases installed")
     safe = []

@@ -69,6 +69,8 @@ def unsloth_conflicts(requires: list[str] | None = None) -> list[str]:
 
     from packaging.requirements import Requirement
 
+    from thub.backend import installed_version
+
     if requires is None:
         try:
             requires = metadata.requires("unsloth") or []
@@ -79,9 +81,8 @@ def unsloth_conflicts(requires: list[str] | None = None) -> list[str]:
         requirement = Requirement(line)
         if requirement.name.lower() not in CONFLICT_PRONE or (requirement.marker and not requirement.marker.evaluate()):
             continue
-        try:
-            installed = metadata.version(requirement.name)
-        except metadata.PackageNotFoundError:
+        installed = installed_version(requirement.name)  # metadata read once per process (thub.installed)
+        if installed is None:
             continue
         if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
             problems.append(f"{requirement.name} {installed} is installed; unsloth needs "
