@@ -184,7 +184,7 @@ def test_doctor_checks_say_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> N
                         lambda spec: "instructlab-training is not installed" if spec.startswith("instructlab")
                         else None)
     result = core.run(context)
-    assert result.status == "fail" and "pip install 'instructlab-training==0.16.2'" in result.fix
+    assert result.status == "fail" and result.fix.startswith("thub install instructlab --into current")
     assert result.summary == "backend instructlab-training is missing instructlab-training>=0.16.2,<0.17"
     assert result.details == ("instructlab-training is not installed",)
     monkeypatch.setattr("thub.selection.requirement_problem", lambda spec: None)

@@ -239,7 +239,7 @@ def test_registers_and_translates_without_mini_trainer(tmp_path: Path) -> None:
     assert out["check"][0] == "fail"
     assert "rhai-innovation-mini-trainer is not installed" in out["check"][1][0]
     assert "backend mini-trainer" in out["check"][3] and "rhai-innovation-mini-trainer>=0.9,<0.10" in out["check"][3]
-    assert "thub-plugin-minitrainer[mini-trainer]" in out["check"][2]
+    assert "thub install mini-trainer" in out["check"][2]  # from a clone: thub installs it, not the index
     assert out["status"][0] is False and "rhai-innovation-mini-trainer" in out["status"][1]
     assert out["loaded"] is False
 

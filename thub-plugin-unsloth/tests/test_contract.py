@@ -154,7 +154,8 @@ def test_missing_library_fix_is_the_install_hint(monkeypatch: pytest.MonkeyPatch
                         lambda spec: "unsloth is not installed" if spec.startswith("unsloth>=") else None)
     result = load_registry().checks["core.backend-requirements"].run(CheckContext(backend="unsloth"))
     assert (result.status, result.summary) == ("fail", "backend unsloth is missing unsloth>=2026.1.1")
-    assert "'thub-plugin-unsloth[unsloth]'" in result.fix and "give it its own environment" in result.fix
+    # what `thub install` runs: an environment of its own with unsloth in it (no index, no hand-made venv)
+    assert result.fix.startswith("thub install unsloth --into managed --gpu") and "--extra unsloth" in result.fix
     assert result.details == ("unsloth is not installed",)
 
 

@@ -182,7 +182,7 @@ def test_gpu_and_library_messages(monkeypatch: pytest.MonkeyPatch) -> None:
                         else None)
     both = core.run(CheckContext(backend="verl"))
     assert both.summary == "backend verl needs an NVIDIA GPU; none found (and is missing verl>=0.9.1,<0.10, vllm)"
-    assert "--backend trl" in both.fix and "pip install 'verl[vllm]==0.9.1'" in both.fix
+    assert "--backend trl" in both.fix and "thub install verl --into managed --gpu" in both.fix
     assert both.details == ("verl is not installed", "vllm is not installed")
 
 

@@ -36,6 +36,23 @@ class PluginEntry:
     #: Algorithms its backend runs, to advise a backend for an algorithm before any plugin is
     #: installed (tests/test_first_contact.py checks them against the installed plugins).
     algorithms: tuple[str, ...] = ()
+    #: GPU extras that bring the training library itself (it pulls CUDA packages on every
+    #: machine, so a GPU-less install asks for it by name with ``--extra``).
+    library_extras: tuple[str, ...] = ()
+
+    def install_command(self, *, into: str | None = None, gpu: bool = False) -> str:
+        """The ``thub install`` command line that installs this backend with its library:
+        ``--gpu`` on a GPU machine, else ``--extra`` for a library that only a GPU extra brings.
+        The one fix the doctor prints for a missing library (tests/test_first_contact_round2.py
+        parses it against the real CLI)."""
+        parts = ["thub install", self.name]
+        if into:
+            parts.append(f"--into {into}")
+        if gpu and self.gpu_extras:
+            parts.append("--gpu")
+        else:
+            parts.extend(f"--extra {extra}" for extra in self.library_extras)
+        return " ".join(parts)
 
 
 CATALOG: dict[str, PluginEntry] = {
@@ -54,13 +71,19 @@ CATALOG: dict[str, PluginEntry] = {
                     notes="instructlab-training; trains on NVIDIA GPUs; [cuda] adds flash-attn, "
                           "mamba-ssm, bitsandbytes (source builds)",
                     algorithms=("sft",)),
-        PluginEntry("unsloth", "thub-plugin-unsloth", "thub-plugin-unsloth",
-                    notes="unsloth (datasets<5, trl<=1.15): conflicts with mini-trainer and trl 1.16",
+        # unsloth pulls triton, bitsandbytes and xformers on every machine: like axolotl's, its
+        # library comes with --gpu (or --extra unsloth for its CPU fallback)
+        PluginEntry("unsloth", "thub-plugin-unsloth", "thub-plugin-unsloth", gpu_extras=("unsloth",),
+                    library_extras=("unsloth",),
+                    notes="unsloth (datasets<5, trl<=1.15, requires triton): conflicts with mini-trainer and trl "
+                          "1.16, use --into managed --gpu (or --extra unsloth without a GPU)",
                     algorithms=("lora_sft",)),
         PluginEntry("art", "thub-plugin-art", "thub-plugin-art", gpu_extras=("backend",),
+                    library_extras=("backend",),
                     notes="openpipe-art; [backend] pins a CUDA torch 2.10", algorithms=("lora_grpo",)),
-        PluginEntry("verl", "thub-plugin-verl", "thub-plugin-verl", gpu_extras=("vllm",),
-                    notes="verl; its extras pin torch 2.11 and vllm 0.24", algorithms=("grpo", "lora_grpo")),
+        PluginEntry("verl", "thub-plugin-verl", "thub-plugin-verl", gpu_extras=("gpu",), library_extras=("gpu",),
+                    notes="verl; its [gpu] extra (verl[vllm]) pins torch 2.11 and vllm 0.24",
+                    algorithms=("grpo", "lora_grpo")),
         PluginEntry("llamafactory", "thub-plugin-llamafactory", "thub-plugin-llamafactory",
                     default_extras=("llamafactory",),
                     notes="llamafactory 0.9.5 (transformers<=5.6, datasets<=4.0, trl<=0.24): conflicts with "
@@ -69,6 +92,7 @@ CATALOG: dict[str, PluginEntry] = {
         # axolotl itself requires triton and nvidia-ml-py (CUDA packages) on every machine: a GPU-less
         # install gets the plugin only unless asked (--gpu, or --extra axolotl on a CPU machine)
         PluginEntry("axolotl", "thub-plugin-axolotl", "thub-plugin-axolotl", gpu_extras=("axolotl",),
+                    library_extras=("axolotl",),
                     notes="axolotl 0.19 (transformers==5.16.1, datasets==4.8.4, trl==1.9.0, peft==0.20.0; "
                           "4.3 GB; requires triton): use --into managed --gpu (or --extra axolotl without a "
                           "GPU); its PyPI dependency `art` collides with openpipe-art",

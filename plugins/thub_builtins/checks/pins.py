@@ -121,22 +121,27 @@ def conflicting_pins(backend: BackendSpec, specs: Iterable[str], others: Iterabl
     return [f"{text} ({why})" for text in specs if (why := contradiction(text, skip, others, needs))]
 
 
-def owner_install(distribution: str) -> str:
-    """``thub install NAME --into managed`` for a plugin distribution (catalog name when known)."""
+def owner_install(distribution: str, into: str = "managed") -> str:
+    """The ``thub install`` command for a plugin distribution (catalog name when known, its
+    library extras included: see :meth:`thub.envs.catalog.PluginEntry.install_command`)."""
     from thub.envs.catalog import CATALOG
+    from thub.selection import cuda_visible
 
     entry = next((e for e in CATALOG.values() if canonicalize_name(e.distribution) == canonicalize_name(distribution)),
                  None)
-    return f"thub install {entry.name if entry else '--package ' + distribution} --into managed"
+    if entry is not None:
+        return entry.install_command(into=into, gpu=cuda_visible())
+    return f"thub install --package {distribution} --into {into}"
 
 
 def managed_install(backend: BackendSpec) -> str:
-    """``thub install NAME --into managed`` for ``backend`` (catalog name, else its distribution)."""
+    """``thub install NAME --into managed ...`` for ``backend`` (catalog name, else its distribution)."""
     from thub.envs.catalog import catalog_entry
+    from thub.selection import cuda_visible
 
     entry = catalog_entry(backend.name)
     if entry is not None:
-        return f"thub install {entry.name} --into managed"
+        return entry.install_command(into="managed", gpu=cuda_visible())
     if backend.provenance.distribution:
         return owner_install(backend.provenance.distribution)
     return (f"# install backend {backend.name}'s plugin into an environment of its own: "

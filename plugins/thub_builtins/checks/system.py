@@ -46,10 +46,21 @@ def check_python(_: CheckContext) -> CheckResult:
     if sys.version_info < MIN_PYTHON:
         return fail(
             f"Python {version} is too old; thub needs {'.'.join(map(str, MIN_PYTHON))} or newer",
-            "uv venv --python 3.12 .venv && uv pip install --python .venv thub",
-            anchor="corepython",
+            _newer_python_fix(), anchor="corepython",
         )
     return ok(f"Python {version} ({sys.executable})")
+
+
+def _newer_python_fix() -> str:
+    """A Python 3.12 environment with thub from where this one came (thub is on no package
+    index: from a checkout, that checkout)."""
+    from thub.envs.catalog import thub_checkout
+
+    checkout = thub_checkout()
+    if checkout is None:
+        return "# create a Python 3.12 environment and install thub into it the way it was installed here"
+    venv = quote(str(checkout / ".venv-py312"))
+    return f"uv venv --python 3.12 {venv} && uv pip install --python {venv} -e {quote(str(checkout))}"
 
 
 def check_plugins(_: CheckContext) -> CheckResult:
@@ -65,9 +76,14 @@ def check_plugins(_: CheckContext) -> CheckResult:
     ]
     names = sorted({f.name for f in registry.failures})
     dists = sorted({f.distribution for f in registry.failures if f.distribution})
-    fix_lines = []
-    if dists:
-        fix_lines.append(pip_install("--force-reinstall", *dists) + "   # reinstall the broken plugin(s)")
+    from thub.envs.catalog import catalog_entry
+    from thub_builtins.checks.pins import owner_install
+
+    # thub's own plugins are on no package index: `thub install` reinstalls them from their source
+    ours = [d for d in dists if catalog_entry(d) is not None]
+    fix_lines = [f"{owner_install(d, into='current')}   # reinstall the broken plugin" for d in ours]
+    if others := [d for d in dists if d not in ours]:
+        fix_lines.append(pip_install("--force-reinstall", *others) + "   # reinstall the broken plugin(s)")
     fix_lines.append(f"export THUB_DISABLE_PLUGINS={','.join(names)}   # or run without them meanwhile")
     return fail(
         f"{len(names)} plugin(s) failed to load: {', '.join(names)} ({loaded} loaded)",
@@ -110,17 +126,22 @@ def check_backend_requirements(context: CheckContext) -> CheckResult:
             fixes.append(install_fix(backend, registry, [spec for spec, _ in missing]))
     details = [f"{name}: {problem}" for name, found in problems.items() for problem in found] + separate
     if gpu_only:
-        details.append(f"{', '.join(gpu_only)}: need an NVIDIA GPU; not applicable on this machine")
+        details.append(f"{_need(gpu_only)} an NVIDIA GPU; not applicable on this machine")
     if not problems:
         usable = [b.name for b in backends if b.name not in gpu_only]
         summary = f"requirements of {', '.join(usable)} satisfied" if usable else "no backend can run here"
         if gpu_only:
-            summary += f"; {', '.join(gpu_only)} need an NVIDIA GPU (not applicable here)"
+            summary += f"; {_need(gpu_only)} an NVIDIA GPU (not applicable here)"
         return ok(summary, details)
     # Without --backend an installed-but-unusable backend is fine as long as nobody picks it.
     # One fix line per backend, each consistent with what is installed (see checks/pins.py).
     return warn(f"unsatisfied requirements: {', '.join(problems)}", "\n".join(fixes), details,
                 anchor="corebackend-requirements")
+
+
+def _need(names: list[str]) -> str:
+    """``"art needs"`` / ``"art, verl need"``: the verb agrees with the number of backends."""
+    return f"{', '.join(names)} {'needs' if len(names) == 1 else 'need'}"
 
 
 def install_fix(backend: BackendSpec, registry: Registry, missing: list[str]) -> str:
@@ -167,7 +188,7 @@ def _selected_backend_requirements(backend: BackendSpec, registry: Registry) -> 
     gpu_fix = _gpu_fix(backend, registry)
     if missing:
         summary += f" (and is missing {', '.join(spec for spec, _ in missing)})"
-        fix = f"# {gpu_fix}\n{install}"
+        fix = f"{gpu_fix}\n{install}"
     else:
         fix = gpu_fix
     return fail(summary, fix, details, anchor="corebackend-requirements")
@@ -180,10 +201,11 @@ def _gpu_fix(backend: BackendSpec, registry: Registry) -> str:
                     key=lambda b: (-b.priority, b.name))
     sharing = [b for b in on_cpu if set(b.algorithms) & set(backend.algorithms)]
     choices = sharing or on_cpu
+    # A comment line: every non-comment line of a fix is a command (tests/test_first_contact_round2.py).
     if not choices:
-        return "run on a machine with an NVIDIA GPU, or install a backend that trains on CPU: `thub install trl`"
+        return "# run on a machine with an NVIDIA GPU, or install a backend that trains on CPU: `thub install trl`"
     names = " or ".join(f"`--backend {b.name}`" for b in choices)
-    return f"run on a machine with an NVIDIA GPU, or use a backend that trains on CPU: {names}"
+    return f"# run on a machine with an NVIDIA GPU, or use a backend that trains on CPU: {names}"
 
 
 def _problems(specs: tuple[str, ...]) -> list[str | None]:

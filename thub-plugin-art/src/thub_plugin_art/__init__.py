@@ -13,8 +13,9 @@ from thub_plugin_art.translate import BACKEND, DEFAULTS, HONOURED, translate
 # The training library first (its version is recorded in thub_run.json); the rest is what
 # openpipe-art[backend] 0.5.18 brings for LocalBackend (Unsloth trainer + CUDA torch).
 REQUIREMENTS = ("openpipe-art>=0.5.18,<0.6", "torch>=2.10", "unsloth>=2026.3", "peft>=0.14")
-INSTALL = ("python -m venv ~/.venvs/art && ~/.venvs/art/bin/pip install 'thub-plugin-art[backend]'   "
-           "# CUDA torch 2.10, transformers 5.2, trl 0.20, unsloth 2026.3.3: an environment of its own")
+# What `thub install` runs for it (thub and its plugins are on no package index).
+INSTALL = ("thub install art --into managed --gpu   "
+           "# openpipe-art[backend]: CUDA torch 2.10, transformers 5.2, trl 0.20, unsloth 2026.3.3")
 DOCS = "thub-plugin-art/README.md"
 
 
@@ -72,7 +73,8 @@ def _single_gpu_check(_context: CheckContext) -> CheckResult:
     return CheckResult(
         "warn", f"{count} GPUs visible; ART uses one: thub sets CUDA_VISIBLE_DEVICES={single_gpu()} for the run",
         ("ART's LocalBackend shares one GPU between the Unsloth trainer and vLLM; the others stay idle",),
-        fix="for several GPUs use `--backend verl`; or pick the GPU: CUDA_VISIBLE_DEVICES=N thub train ...", docs=DOCS,
+        fix="# for several GPUs use `--backend verl`; or pick the GPU: CUDA_VISIBLE_DEVICES=N thub train ...",
+        docs=DOCS,
     )
 
 
@@ -82,7 +84,8 @@ def _vllm_runtime_check(_context: CheckContext) -> CheckResult:
                            f"ART uses the vLLM runtime at ART_VLLM_RUNTIME_BIN={os.environ['ART_VLLM_RUNTIME_BIN']}")
     if shutil.which("uv"):
         return CheckResult("warn", "ART will install its bundled vLLM runtime with uv on first use (needs the network)",
-                           fix="prepare it once on a connected machine, or set ART_VLLM_RUNTIME_BIN to an existing one",
+                           fix="# prepare it once on a connected machine, or point to an existing one:\n"
+                               "export ART_VLLM_RUNTIME_BIN=/path/to/vllm-runtime/bin/vllm",
                            docs=DOCS)
     return CheckResult(
         "fail", "ART's vLLM runtime cannot be installed: `uv` is not on PATH and ART_VLLM_RUNTIME_BIN is unset",

@@ -17,9 +17,9 @@ from thub_plugin_instructlab.translate import (
 
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("instructlab-training>=0.16.2,<0.17", "torch>=2.6", "transformers>=4.57.1", "datasets>=2.15")
-INSTALL = (f"{sys.executable} -m pip install 'instructlab-training==0.16.2'\n"
-           "# or: pip install 'thub-plugin-instructlab'  # brings instructlab-training==0.16.*; install CUDA torch "
-           "first")
+# What `thub install` runs for it (thub and its plugins are on no package index).
+INSTALL = ("thub install instructlab --into current   # instructlab-training 0.16; --gpu adds flash-attn, mamba-ssm "
+           "(source builds)")
 DOCS = "thub-plugin-instructlab/README.md"
 
 

@@ -17,8 +17,8 @@ from thub_plugin_minitrainer.translate import DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("rhai-innovation-mini-trainer>=0.9,<0.10", "datasets>=5", "transformers>=4.57.1", "torch>=2.6")
-INSTALL = ("pip install torch  # a CUDA build on GPU machines\n"
-           "pip install 'thub-plugin-minitrainer[mini-trainer]'  # + flash-attn on GPUs: [cuda]")
+# What `thub install` runs for it (thub and its plugins are on no package index).
+INSTALL = "thub install mini-trainer --into current   # --gpu adds flash-attn and mamba-ssm (source builds, need nvcc)"
 BACKEND = "mini-trainer"
 README = "thub-plugin-minitrainer/README.md"
 

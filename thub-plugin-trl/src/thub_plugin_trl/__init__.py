@@ -9,7 +9,8 @@ from thub_plugin_trl.translate import DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("trl>=1.16,<2", "peft>=0.17", "transformers>=4.56", "datasets>=3", "torch>=2.4")
-INSTALL = "pip install 'thub-plugin-trl' torch==2.13.0  # or: thub install trl"
+# What `thub install` runs for it (thub and its plugins are on no package index).
+INSTALL = "thub install trl --into current   # --gpu adds bitsandbytes (QLoRA)"
 
 
 MEMORY = MemoryPolicy(

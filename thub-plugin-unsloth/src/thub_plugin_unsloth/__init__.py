@@ -20,10 +20,9 @@ REQUIREMENTS = (
 )
 # Libraries whose range unsloth pins and other thub backends need in other versions.
 CONFLICT_PRONE = ("trl", "transformers", "datasets", "torch", "peft", "accelerate")
-INSTALL = ("python -m venv ~/.venvs/unsloth && ~/.venvs/unsloth/bin/pip install torch==2.13.0 torchvision==0.28.0 "
-           "&& ~/.venvs/unsloth/bin/pip install 'thub-plugin-unsloth[unsloth]'\n"
-           "# torchvision must match torch (else pip swaps in a CUDA torch); on a CPU-only torch run "
-           "`pip uninstall torchvision` afterwards")
+# What `thub install` runs for it (thub and its plugins are on no package index): an environment of
+# its own, with the torch beside thub pinned (so pip picks the torchvision that matches it).
+INSTALL = "thub install unsloth --into managed --gpu   # without a GPU (CPU fallback): --extra unsloth instead of --gpu"
 DOCS = "thub-plugin-unsloth/README.md"
 
 
@@ -44,7 +43,7 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         algorithms=HONOURED,
         runner="thub_plugin_unsloth.runner:run",
         requirements=REQUIREMENTS,
-        install=f"{INSTALL}\n# unsloth needs trl<=1.15 and datasets<5: give it its own environment",
+        install=INSTALL,
         # unsloth_zoo falls back to stock transformers + PEFT on a machine without an accelerator
         needs_cuda=False,
         priority=20,
@@ -121,8 +120,8 @@ def _device_check(_context: CheckContext) -> CheckResult:
     return CheckResult(
         "warn", "no NVIDIA GPU: unsloth falls back to CPU (stock transformers + PEFT, much slower)",
         ("supported there: text LoRA with SFTTrainer; no 4-bit/8-bit loading, no vision models",),
-        fix="run on a machine with an NVIDIA GPU for real training; "
-            "UNSLOTH_DISABLE_CPU_FALLBACK=1 makes unsloth refuse",
+        fix="# run on a machine with an NVIDIA GPU for real training; or make unsloth refuse the CPU:\n"
+            "export UNSLOTH_DISABLE_CPU_FALLBACK=1",
         docs=DOCS,
     )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 
@@ -12,8 +11,9 @@ from thub_plugin_verl.translate import BACKEND, DEFAULTS, HONOURED, translate
 
 # The training library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("verl>=0.9.1,<0.10", "vllm", "ray>=2.41", "torch>=2.6", "transformers>=5.5.3,!=5.6.0,<5.11")
-INSTALL = (f"{sys.executable} -m pip install 'verl[vllm]==0.9.1'\n"
-           "# or: pip install 'thub-plugin-verl[gpu]'  # verl[vllm]: torch 2.11.0 + vllm 0.24.0 (CUDA)")
+# What `thub install` runs for it (thub and its plugins are on no package index): verl[vllm] pins
+# torch 2.11.0 and vllm 0.24.0 (CUDA), so it gets an environment of its own.
+INSTALL = "thub install verl --into managed --gpu   # verl[vllm]: torch 2.11.0 + vllm 0.24.0 (CUDA)"
 DOCS = "thub-plugin-verl/README.md"
 # AF_UNIX socket paths are limited to 107 bytes; Ray puts them under
 # {RAY_TMPDIR}/ray/session_YYYY-MM-DD_HH-MM-SS_ffffff_PID/sockets/plasma_store (about 75 more)
@@ -87,8 +87,7 @@ def _pairing_check(_context: CheckContext) -> CheckResult:
     problems = torch_pairing_problems()
     if problems:
         return CheckResult("fail", "vllm and torch do not match", tuple(problems),
-                           fix=f"{sys.executable} -m pip install 'verl[vllm]==0.9.1'  # pairs torch 2.11.0 with vllm "
-                               "0.24.0",
+                           fix=f"{INSTALL}\n# verl[vllm] pairs torch 2.11.0 with vllm 0.24.0 in its own environment",
                            docs=DOCS)
     return CheckResult("ok", "vllm and torch are a matching pair (or vllm is not installed)")
 
@@ -122,8 +121,9 @@ def _stale_gpu_processes_check(_context: CheckContext) -> CheckResult:
     busy = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     if busy:
         return CheckResult("warn", f"{len(busy)} process(es) already hold GPU memory", tuple(busy),
-                           fix="stop those processes by their PID (not `ray stop`, which may end other users' "
-                               "clusters); NCCL errors and OOM at start are often leftover Ray/vLLM workers",
+                           fix="# stop those processes by their PID (not `ray stop`, which may end other users' "
+                               "clusters);\n# NCCL errors and OOM at start are often leftover Ray/vLLM workers:\n"
+                               f"ps -o pid,user,etime,args -p {','.join(line.split(',')[0] for line in busy)}",
                            docs=DOCS)
     return CheckResult("ok", "no other process holds GPU memory")
 
