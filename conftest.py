@@ -69,6 +69,12 @@ def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 # library that is missing, are then skipped with the install command as the reason.
 
 ALL_TEST_REQUIREMENTS = "bash scripts/test-all.sh installs every test requirement"
+#: What pip installs for an optional module the tests import (the pinned versions: scripts/test-all.sh).
+PIP_NAMES = {
+    "mlflow": "mlflow-skinny sqlalchemy alembic", "wandb": "wandb", "tensorboard": "tensorboard",
+    "sqlalchemy": "sqlalchemy", "alembic": "alembic", "instructlab": "instructlab-training",
+    "mini_trainer": "rhai-innovation-mini-trainer", "hydra": "hydra-core", "omegaconf": "omegaconf",
+}
 #: Top-level modules scripts/test-all.sh installs for the tests (besides the thub_plugin_* ones).
 OPTIONAL_MODULES = frozenset({
     "instructlab", "mini_trainer", "hydra", "omegaconf", "tensorboard", "mlflow", "wandb", "sqlalchemy",
@@ -96,7 +102,37 @@ def _missing_reason(module: str, folder: Path | None = None) -> str:
         found = next(ROOT.glob(f"thub-plugin-*/src/{module}/__init__.py"), None)
         name = folder.name if folder else found.parents[1].name if found else module.replace("_", "-")
         return f"{module} is not installed: python -m pip install --no-deps -e ./{name} (or {ALL_TEST_REQUIREMENTS})"
+    if module in PIP_NAMES:
+        return f"{module} is not installed: python -m pip install {PIP_NAMES[module]} (or {ALL_TEST_REQUIREMENTS})"
     return f"{module} is not installed: {ALL_TEST_REQUIREMENTS}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs_module(*modules): skipped, naming the install, unless all import")
+    config.addinivalue_line("markers", "needs_backend(*names): skipped, naming the plugin's install, unless "
+                                       "these backends are registered")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``needs_module``/``needs_backend`` whose library or backend plugin is not
+    installed (e.g. after scripts/setup.sh alone) is skipped with the command that installs it."""
+    for mark in item.iter_markers("needs_module"):
+        for module in mark.args:
+            if not _installed(module):
+                pytest.skip(_missing_reason(module))
+    names = [name for mark in item.iter_markers("needs_backend") for name in mark.args]
+    if names:
+        from thub.envs.catalog import catalog_entry
+        from thub.manager import get_registry
+
+        registered = get_registry().backends
+        for name in names:
+            entry = catalog_entry(name)
+            if name not in registered and entry is not None:
+                folder = ROOT / entry.distribution
+                pytest.skip(f"backend {name} is not installed: " + _missing_reason(_plugin_package(folder) or name,
+                                                                                   folder).partition(": ")[2])
+            assert name in registered, f"no backend {name!r}, and thub install does not offer one"
 
 
 class _SkippedTests(pytest.Directory):

@@ -214,6 +214,7 @@ def test_validation_error_does_not_echo_the_secret(thub_registry) -> None:
     assert "num_epochs" in str(info.value) and PASSWORD not in str(info.value) and TOKEN not in str(info.value)
 
 
+@pytest.mark.needs_module("mlflow")  # the tracker check tries the store only with mlflow installed
 def test_an_error_quoting_the_uri_does_not_show_the_password(thub_cli, demo_data: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     _clean_env(monkeypatch)

@@ -202,6 +202,7 @@ def _params(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {"ckpt_output_dir": str(tmp_path / "run"), **extra}
 
 
+@pytest.mark.needs_module("mlflow")
 def test_mlflow_store_problems_name_their_fix(tmp_path: Path) -> None:
     trl = load_registry().backends["trl"]
     # MLflow 3 refuses its file store unless asked: found before launch, with both ways out
@@ -217,6 +218,7 @@ def test_mlflow_store_problems_name_their_fix(tmp_path: Path) -> None:
     assert "is not a directory" in bad_dir[0].summary
 
 
+@pytest.mark.needs_module("wandb")
 def test_wandb_online_without_a_key_is_caught_offline_is_fine(tmp_path: Path) -> None:
     trl = load_registry().backends["trl"]
     online = problems(_params(tmp_path, wandb_project="p"), trl, "sft", environ={"HOME": str(tmp_path)})
@@ -243,6 +245,7 @@ def _thub(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
                           env={**environ, **env}, timeout=120)
 
 
+@pytest.mark.needs_module("mlflow")
 def test_unreachable_store_stops_the_launch_with_exit_2(tmp_path: Path, demo_data: Path, tiny_model: Path) -> None:
     out = tmp_path / "never"
     done = _thub("train", "sft", "--backend", "trl", "--model-path", str(tiny_model), "--data-path",
@@ -268,6 +271,8 @@ def test_missing_tracker_package_stops_the_launch_with_the_install(tmp_path: Pat
     assert "fix: pip install wandb" in done.stderr and not out.exists()
 
 
+@pytest.mark.needs_module("mlflow")
+@pytest.mark.needs_backend("mini-trainer")
 def test_doctor_reports_tracker_packages_and_checks_env_configured_ones() -> None:
     ok = _thub("doctor", "--backend", "mini-trainer", "core.trackers", "--json")
     report = json.loads(ok.stdout)

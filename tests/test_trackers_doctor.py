@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _thub(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("THUB_", "WANDB_", "MLFLOW_"))}
@@ -24,6 +26,7 @@ def _config(tmp_path: Path, tiny_model: Path, demo_data: Path, **trackers: str) 
     return path
 
 
+@pytest.mark.needs_module("mlflow")
 def test_doctor_config_names_an_unreachable_store_and_a_missing_package(tmp_path: Path, tiny_model: Path,
                                                                         demo_data: Path, without_wandb: Path) -> None:
     config = _config(tmp_path, tiny_model, demo_data, mlflow_tracking_uri="http://127.0.0.1:9", wandb_project="p")
@@ -41,6 +44,7 @@ def test_doctor_config_names_an_unreachable_store_and_a_missing_package(tmp_path
     assert train.returncode == 2 and "MLflow server http://127.0.0.1:9 is unreachable" in train.stderr
 
 
+@pytest.mark.needs_module("tensorboard", "mlflow")
 def test_doctor_config_ok_and_bad_file(tmp_path: Path, tiny_model: Path, demo_data: Path) -> None:
     config = _config(tmp_path, tiny_model, demo_data, tensorboard_log_dir=str(tmp_path / "tb"),
                      mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")

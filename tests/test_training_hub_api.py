@@ -64,6 +64,8 @@ def test_csv_data_is_refused_with_a_conversion(tmp_path: Path) -> None:
     assert row["messages"][1] == {"role": "assistant", "content": "b"}
 
 
+@pytest.mark.needs_backend("instructlab-training", "mini-trainer")
+@pytest.mark.needs_module("instructlab")  # "can run": its library is installed
 def test_default_backend_is_training_hubs_when_it_can_run(monkeypatch: pytest.MonkeyPatch) -> None:
     registry = get_registry()
     monkeypatch.setattr("thub.selection.cuda_visible", lambda: False)
@@ -166,6 +168,8 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return runs
 
 
+@pytest.mark.needs_backend("instructlab-training")
+@pytest.mark.needs_module("instructlab")
 def test_training_hubs_default_backend_is_used_and_said(captured: list[Any], monkeypatch: pytest.MonkeyPatch,
                                                         tmp_path: Path) -> None:
     monkeypatch.setattr("thub.selection.cuda_visible", lambda: True)
@@ -178,6 +182,7 @@ def test_training_hubs_default_backend_is_used_and_said(captured: list[Any], mon
     assert "highest-priority" in captured[-1].backend_reason
 
 
+@pytest.mark.needs_backend("verl", "art")
 def test_num_iterations_on_verl_are_epochs_as_in_training_hub(captured: list[Any], tmp_path: Path) -> None:
     prompts = str(ROOT / "examples" / "data" / "grpo.jsonl")
     thub.grpo("m", str(tmp_path), prompts, backend="verl", num_iterations=3, allow_ignored=True)
@@ -207,6 +212,7 @@ def test_control_should_training_stop_checkpoints_and_stops(tiny_model: Path, tm
     assert result["final_checkpoint"] and Path(result["final_checkpoint"]).exists()
 
 
+@pytest.mark.needs_backend("verl", "art")
 def test_training_hubs_grpo_defaults_apply_on_its_backends(captured: list[Any], tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """What Training Hub's lora_grpo passed to verl/ART when the caller left a value out."""

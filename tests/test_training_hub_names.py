@@ -156,10 +156,11 @@ def test_callback_hooks_and_context_are_training_hubs() -> None:
     assert all(hasattr(thub.TrainingHubCallback, hook) for hook in hooks)
 
 
-def test_default_backends_are_registered_names() -> None:
-    registry = get_registry()
-    for function, backend in rules.DEFAULT_BACKEND.items():
-        assert function in registry.backend(backend).algorithms
+@pytest.mark.parametrize(("function", "backend"), [
+    pytest.param(function, backend, marks=pytest.mark.needs_backend(backend))
+    for function, backend in rules.DEFAULT_BACKEND.items()])
+def test_default_backends_are_registered_names(function: str, backend: str) -> None:
+    assert function in get_registry().backend(backend).algorithms
 
 
 def test_migration_guide_table_is_generated_from_the_table() -> None:
@@ -213,13 +214,14 @@ def test_sft_hpu_example_torchrun_types(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("function", "params", "message"), [
-    ("sft", {"fsdp_options": {"cpu_offload_params": True}}, "fsdp_options is not supported by thub: thub runs"),
-    ("osft", {"osft_memory_efficient_init": True, "unfreeze_rank_ratio": 0.3},
-     "osft_memory_efficient_init is not supported by thub: not a field of mini-trainer 0.9"),
-    ("lora_grpo", {"data_config": "Qwen3"}, "data_config is not supported by thub: thub reads local files"),
-    ("grpo", {"n_train": 100}, "n_train is not supported by thub: thub reads local files"),
-    ("lora_grpo", {"reward_fn": len}, "reward_fn is not supported by thub: thub calls rewards as"),
-])
+    pytest.param(*case, marks=pytest.mark.needs_backend(rules.DEFAULT_BACKEND[case[0]])) for case in [
+        ("sft", {"fsdp_options": {"cpu_offload_params": True}}, "fsdp_options is not supported by thub: thub runs"),
+        ("osft", {"osft_memory_efficient_init": True, "unfreeze_rank_ratio": 0.3},
+         "osft_memory_efficient_init is not supported by thub: not a field of mini-trainer 0.9"),
+        ("lora_grpo", {"data_config": "Qwen3"}, "data_config is not supported by thub: thub reads local files"),
+        ("grpo", {"n_train": 100}, "n_train is not supported by thub: thub reads local files"),
+        ("lora_grpo", {"reward_fn": len}, "reward_fn is not supported by thub: thub calls rewards as"),
+    ]])
 def test_refusals_name_why_and_what_instead(tmp_path: Path, function: str, params: dict[str, Any],
                                             message: str) -> None:
     data = PROMPTS if "grpo" in function else DATA
@@ -228,6 +230,7 @@ def test_refusals_name_why_and_what_instead(tmp_path: Path, function: str, param
             ckpt_output_dir=str(tmp_path), **params)
 
 
+@pytest.mark.needs_backend("verl")
 def test_grpo_names_map_on_verl(tmp_path: Path) -> None:
     plan = dry("lora_grpo", backend="verl", model_path="m", data_path=PROMPTS, ckpt_output_dir=str(tmp_path),
                n_gpus=4, num_iterations=8, group_size=8, prompt_batch_size=48, lora_r=16, lora_alpha=8,
@@ -264,6 +267,7 @@ def test_config_file_and_set_take_training_hub_names(thub_cli, tmp_path: Path) -
     assert f"{config}:" in result.stderr and "save_total_limit is not supported by thub" in result.stderr
 
 
+@pytest.mark.needs_backend("verl")
 def test_none_is_not_given_as_in_training_hub(tmp_path: Path) -> None:
     """Training Hub's signatures default to None; a None (or YAML null) sets nothing."""
     plan = dry("lora_grpo", backend="verl", model_path="m", data_path=PROMPTS, ckpt_output_dir=str(tmp_path),

@@ -122,6 +122,7 @@ def test_save_merged_plan_and_meaning() -> None:
     assert "save_merged" not in SFTParams.model_fields and "save_merged" not in LoRAGRPOParams.model_fields
 
 
+@pytest.mark.needs_backend("verl")  # named as the backend that has num_iterations
 def test_num_iterations_is_not_trls_num_iterations() -> None:
     # thub's num_iterations means GRPO steps (= max_steps); TRL's own means updates per batch
     with pytest.raises(UsageError, match=r"num_iterations \(from flag --num-iterations\): backends that do: .*verl"):
