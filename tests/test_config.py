@@ -394,3 +394,35 @@ def test_pet_environment_is_no_error_for_a_backend_that_does_not_start_torchrun(
     assert resolved.sources["nnodes"] == "env PET_NNODES" and not resolved.ignored
     with pytest.raises(UsageError, match=r"nnodes \(from env THUB_NNODES\)"):
         resolve(thub_registry, "lora_sft", backend="unsloth", flags=REQUIRED, environ={"THUB_NNODES": "2"})
+
+
+def _honouring(registry, *names: str) -> list[tuple[str, str]]:
+    """(algorithm, backend) pairs whose backend honours every one of ``names``."""
+    return [(algorithm, spec.name) for spec in registry.backends.values()
+            for algorithm, honoured in spec.algorithms.items() if set(names) <= honoured]
+
+
+_ALSO_REQUIRED = {"osft": {"unfreeze_rank_ratio": 0.25}}
+
+
+def test_settings_that_cannot_both_hold_are_refused_on_every_backend(thub_registry) -> None:
+    """save_steps and checkpoint_at_epoch: HF Trainer (trl, unsloth, LLaMA-Factory, axolotl) has one
+    save_strategy, so one of them was silently dropped; validation_frequency without validation_split
+    validates nothing anywhere. Both are refused at resolution (exit 2), whichever backend runs them."""
+    pairs = _honouring(thub_registry, "save_steps", "checkpoint_at_epoch")
+    assert {"trl", "mini-trainer"} <= {backend for _, backend in pairs}
+    for algorithm, backend in pairs:
+        with pytest.raises(UsageError, match="save_steps and checkpoint_at_epoch cannot both be set"):
+            resolve(thub_registry, algorithm, backend=backend, environ={},
+                    flags={**REQUIRED, **_ALSO_REQUIRED.get(algorithm, {}), "save_steps": 5,
+                           "checkpoint_at_epoch": True})
+    pairs = _honouring(thub_registry, "validation_frequency")
+    assert {"trl", "mini-trainer"} <= {backend for _, backend in pairs}
+    for algorithm, backend in pairs:
+        with pytest.raises(UsageError, match="validation_frequency .* needs validation_split > 0"):
+            resolve(thub_registry, algorithm, backend=backend, environ={},
+                    flags={**REQUIRED, **_ALSO_REQUIRED.get(algorithm, {}), "validation_frequency": 5})
+    # each alone, and checkpoint_at_epoch: false beside save_steps, still resolve
+    for flags in ({"save_steps": 5}, {"checkpoint_at_epoch": True}, {"save_steps": 5, "checkpoint_at_epoch": False},
+                  {"validation_split": 0.1, "validation_frequency": 5}):
+        resolve(thub_registry, "sft", backend="trl", flags={**REQUIRED, **flags}, environ={})

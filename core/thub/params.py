@@ -126,4 +126,10 @@ class BaseParams(BaseModel):
         sources = len(self.datasets or ()) + bool(self.data_path)
         if self.mix_probabilities and self.datasets and len(self.mix_probabilities) != sources:
             raise ValueError("mix_probabilities needs one weight per dataset (data_path counts as the first)")
+        if self.save_steps and self.checkpoint_at_epoch:
+            # HF Trainer (trl, unsloth, LLaMA-Factory, axolotl) has one save_strategy: one of the two would
+            # be dropped without a word there; refused on every backend so a config means one thing
+            raise ValueError("save_steps and checkpoint_at_epoch cannot both be set: the trainers' single "
+                             "save_strategy saves by steps or by epochs; set one (checkpoint_at_epoch: false "
+                             "to save by steps)")
         return self

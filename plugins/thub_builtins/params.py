@@ -51,6 +51,9 @@ class _SupervisedParams(BaseParams):
             raise ValueError("is_pretraining and unmask_messages cannot be combined (documents have no roles)")
         if self.validation_split and not self.validation_frequency:
             raise ValueError("validation_frequency is required when validation_split > 0")
+        if self.validation_frequency and not self.validation_split:
+            raise ValueError(f"validation_frequency ({self.validation_frequency}) needs validation_split > 0: "
+                             "without a held-out split no backend validates; set validation_split or drop it")
         return self
 
 
