@@ -33,14 +33,17 @@ def _environ(extra: dict[str, str] | None = None) -> dict[str, str]:
     return environ
 
 
+ROOT = Path(__file__).resolve().parents[1]  # the working directory of every run (the demo config's paths)
+
+
 def thub(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True,
-                          env=_environ(env), timeout=timeout)
+                          env=_environ(env), timeout=timeout, cwd=ROOT)
 
 
 def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "thub", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_environ(env))
+                            stderr=subprocess.PIPE, text=True, env=_environ(env), cwd=ROOT)
 
 
 def sft(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
@@ -362,3 +365,161 @@ def test_sigterm_after_the_final_save_keeps_succeeded(tiny_model: Path, demo_dat
     assert done.returncode == 0, done.stderr
     result = result_of(out)
     assert result["status"] == "succeeded" and result["final_checkpoint"] == str(out / "final")
+
+
+# issue 24 item 4: a signal during start-up stops at once; item 5: --resume says what it does ---
+
+def demo(model: Path, out: Path, *extra: str) -> list[str]:
+    """The README's demo run (examples/configs/sft.yaml) into ``out``."""
+    return ["train", "sft", "--backend", "trl", "--config", str(ROOT / "examples" / "configs" / "sft.yaml"),
+            "--model-path", str(model), "--ckpt-output-dir", str(out), *extra]
+
+
+def wait_for_log(out: Path, text: str, process: subprocess.Popen[str], count: int = 1) -> None:
+    """Until ``text`` appears ``count`` times in the run's log (the phase the run is in)."""
+    deadline = time.time() + 300  # a hang guard, not a timing assert
+    log = out / "logs" / "train.log"
+    while time.time() < deadline:
+        if log.exists() and log.read_text(errors="replace").count(text) >= count:
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"run ended early: {process.communicate()}")
+        time.sleep(0.02)
+    raise AssertionError(f"{text!r} never appeared in {log}")
+
+
+def lock_free(out: Path) -> bool:
+    import fcntl
+
+    from thub.runner.lock import LOCK_NAME
+
+    with open(out / LOCK_NAME, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+    return True
+
+
+def assert_stopped_cleanly(out: Path, err: str) -> dict[str, Any]:
+    """interrupted, complete, nothing half-written, the directory free for the next command."""
+    result = result_of(out)
+    assert result["status"] == "interrupted", result
+    assert all(field in result for field in RESULT_FIELDS), result
+    assert "Aborted!" not in err and "Traceback" not in err and "root cause" not in err, err
+    assert all(checkpoint_problem(path) is None for path in out.glob("checkpoints/checkpoint-*"))
+    assert not list(out.glob(".*.json.*"))  # no temporary file of an atomic write left
+    assert lock_free(out)
+    return result
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_options_are_read_exits_130(signum: int, tiny_model: Path, tmp_path: Path) -> None:
+    # the config file is a FIFO: thub is certainly reading its options when the signal arrives
+    config = tmp_path / "config.yaml"
+    os.mkfifo(config)
+    out = tmp_path / "never"
+    process = start("train", "sft", "--backend", "trl", "--config", str(config), "--model-path", str(tiny_model),
+                    "--ckpt-output-dir", str(out))
+    writer = -1
+    try:
+        while writer < 0:  # opening the write end succeeds once thub has opened the FIFO to read it
+            try:
+                writer = os.open(config, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                assert process.poll() is None, process.communicate()
+                time.sleep(0.02)
+        process.send_signal(signum)
+        _out, err = process.communicate(timeout=120)
+    finally:
+        if writer >= 0:
+            os.close(writer)
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "Aborted!" not in err and "Traceback" not in err and "interrupted" in err, err
+    assert not out.exists()
+
+
+def test_a_signal_once_the_directory_is_prepared_stops_before_the_child(
+        tiny_model: Path, demo_data: Path, tmp_path: Path, thub_plugin: Any) -> None:
+    from thub import api, hookimpl
+
+    class CtrlC:  # Ctrl-C at the moment the run directory is ready and the child about to start
+        @hookimpl
+        def thub_on_event(self, event: Any) -> None:
+            if event.kind == "started":
+                os.kill(os.getpid(), signal.SIGINT)
+
+    thub_plugin(("ctrl-c", CtrlC()))
+    out = tmp_path / "prepared"
+    kwargs = {"backend": "trl", "model_path": str(tiny_model), "data_path": str(demo_data / "chat.jsonl"),
+              "ckpt_output_dir": str(out), "max_steps": 2}
+    result = api.train("sft", **kwargs)  # type: ignore[arg-type]
+    assert result["status"] == "interrupted", result
+    assert "before the first training step" in result["reason"], result
+    assert_stopped_cleanly(out, "")
+    assert read_metrics(out / "training_metrics.jsonl") == []
+    thub_plugin()  # without the Ctrl-C
+    resumed = api.train("sft", resume=True, **kwargs)  # type: ignore[arg-type]
+    assert resumed["status"] == "succeeded", resumed
+
+
+@pytest.mark.parametrize(("phase", "signum"), [("thub child: starting", signal.SIGINT),
+                                               ("Loading weights", signal.SIGTERM)])
+def test_a_signal_while_the_child_starts_stops_at_once(phase: str, signum: int, tiny_model: Path,
+                                                       tmp_path: Path) -> None:
+    out = tmp_path / "starting"
+    process = start(*demo(tiny_model, out))
+    try:
+        wait_for_log(out, phase, process)  # the child is importing its backend / loading the model
+        assert read_metrics(out / "training_metrics.jsonl") == []
+        process.send_signal(signum)
+        _out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    result = assert_stopped_cleanly(out, err)
+    name = signal.Signals(signum).name
+    assert result["reason"].startswith(f"stopped by {name} before the first training step"), result
+    assert result["final_checkpoint"] is None and result["checkpoints"] == []
+    assert read_metrics(out / "training_metrics.jsonl") == [] and not list(out.glob("checkpoints/checkpoint-*"))
+    assert "continue with the same command and --resume" in err
+
+    resumed = thub(*demo(tiny_model, out, "--max-steps", "2", "--resume"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "no complete checkpoint: starting from step 1" in resumed.stderr
+    assert [line["step"] for line in read_metrics(out / "training_metrics.jsonl")] == [1, 2]
+
+
+def test_resume_says_where_it_starts_and_shows_kept_steps_as_kept(tiny_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "kept"
+    first = thub(*demo(tiny_model, out, "--max-steps", "4", "--save-steps", "2", "--no-save-final-checkpoint"))
+    assert first.returncode == 0, first.stderr
+    _as_unfinished(out)
+    import shutil
+
+    shutil.rmtree(out / "checkpoints" / "checkpoint-4")  # the run was killed before its step-4 save
+    # a Ctrl-C while the resumed child starts keeps checkpoint-2 and the kept steps as they were
+    process = start(*demo(tiny_model, out, "--max-steps", "4", "--resume"))
+    try:
+        wait_for_log(out, "thub child: starting", process, count=2)
+        process.send_signal(signal.SIGINT)
+        _out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    result = assert_stopped_cleanly(out, err)
+    assert "resuming from checkpoint-2 (step 2 of 4)" in err and "kept steps 1-2" in err, err
+    assert "checkpoint-2" in result["reason"] and checkpoint_problem(out / "checkpoints" / "checkpoint-2") is None
+    assert [line["step"] for line in read_metrics(out / "training_metrics.jsonl")] == [1, 2]
+
+    resumed = thub(*demo(tiny_model, out, "--max-steps", "4", "--resume"))
+    assert resumed.returncode == 0, resumed.stderr
+    err = resumed.stderr
+    assert "resuming from checkpoint-2 (step 2 of 4)" in err and "kept steps 1-2" in err, err
+    assert "step 3/4" in err and "step 4/4" in err
+    assert "step 1/4" not in err and "step 2/4" not in err, err  # kept steps are not shown as trained again
+    assert [line["step"] for line in read_metrics(out / "training_metrics.jsonl")] == [1, 2, 3, 4]

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from thub import __version__
-from thub.errors import ThubError
+from thub.errors import Interrupted, ThubError
 
 
 class Failure(click.ClickException):
@@ -76,6 +76,10 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt as exc:  # click would print "Aborted!" and exit 1
+            name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
+            click.echo(f"interrupted ({name})", err=True)
+            raise click.exceptions.Exit(130) from None
         except ThubError as exc:
             from thub.redact import redact_text  # a message may quote a URI with a password in it
 
@@ -215,8 +219,16 @@ def _train_help(argv: list[str]) -> bool:
     return True
 
 
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops like Ctrl-C: exit 130, files left whole
+        signal.signal(signum, _interrupt)
     try:
         if _train_help(sys.argv[1:] if argv is None else list(argv)):
             sys.exit(0)

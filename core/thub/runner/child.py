@@ -61,6 +61,8 @@ def run_child(run_path: str) -> int:
     context.install_signal_handlers()
     watch_parent()
     started = time.time()
+    # the log says when the backend starts importing (a signal until its first step stops at once)
+    print(f"thub child: starting {context.backend} (pid {os.getpid()})", flush=True)
     try:
         runner = load_object(record["runner"])
         outcome: dict[str, Any] = runner(context) or {}

@@ -58,6 +58,17 @@ class Progress:
             self._bar.__exit__(*exc)
             self._bar = None
 
+    def kept(self, lines: list[dict[str, Any]]) -> None:
+        """Say once which steps an earlier attempt trained (a resumed run keeps their lines); the
+        bar starts after them, and they are never shown as this attempt's progress."""
+        if not self.enabled or not lines:
+            return
+        first, last = lines[0].get("step"), lines[-1].get("step")
+        steps = f"step {last}" if first == last else f"steps {first}-{last}"
+        console().print(f"kept {steps} from the earlier attempt", markup=False, highlight=False)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=last or 0, total=lines[-1].get("max_steps"), info="resuming")
+
     def update(self, line: dict[str, Any]) -> None:
         if self._first is None:
             self._first = line
@@ -114,6 +125,9 @@ class Progress:
         elif status == "interrupted":
             if result.get("reason"):
                 console().print(result["reason"], markup=False)
+            from pathlib import Path
+
             from thub.surface import again, option
 
-            console().print(f"continue with {again()} and {option('resume')}", markup=False)
+            if (Path(result["run_dir"]) / "thub_run.json").exists():  # else there is nothing to resume
+                console().print(f"continue with {again()} and {option('resume')}", markup=False)

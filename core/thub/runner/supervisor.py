@@ -5,7 +5,8 @@ The parent validates, locks the run directory (one live run per directory), writ
 dies with us, follows the metrics stream for progress, events and divergence, forwards the
 first SIGINT/SIGTERM so the backend checkpoints and stops (a second one stops it at once),
 stops a child that hangs after writing its result, and writes the final ``result.json``
-atomically.
+atomically. A signal before the first training step of the attempt stops at once: there is
+nothing to checkpoint yet (:class:`RunSignals`).
 """
 
 from __future__ import annotations
@@ -26,19 +27,21 @@ from packaging.requirements import Requirement
 
 from thub import __version__
 from thub.config.resolve import ResolvedConfig
-from thub.errors import UsageError
+from thub.errors import Interrupted, UsageError
 from thub.manager import get_registry
 from thub.redact import child_environment, record_values, redact
 from thub.runner import lifeline
 from thub.runner.batching import world_size
 from thub.runner.lock import RunLock
-from thub.runner.metrics import DivergenceWatch, MetricsTail, truncate_after
+from thub.runner.metrics import DivergenceWatch, MetricsTail, read_metrics, truncate_after
 from thub.runner.progress import Progress
 from thub.runner.result import write_result
 from thub.runner.rootcause import disk_full_cause, read_section, root_cause
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
+from thub.runner.signals import RunSignals, early_reason, nothing_written, stopped_while_preparing
 from thub.selection import installed_version
 from thub.specs import END_KINDS, RunEvent
+from thub.surface import option
 
 if TYPE_CHECKING:
     from thub.data.training import TrainingData
@@ -142,17 +145,21 @@ def _preflight(resolved: ResolvedConfig, force: bool = False) -> None:
 
 
 class _Supervisor:
-    def __init__(self, resolved: ResolvedConfig, run_dir: RunDirectory, progress: Progress,
+    def __init__(self, resolved: ResolvedConfig, run_dir: RunDirectory, progress: Progress, signals: RunSignals,
                  lock: RunLock | None = None) -> None:
         self.resolved = resolved
         self.run_dir = run_dir
         self.progress = progress
         self.lock = lock
         self.registry = get_registry()
-        self.metrics = MetricsTail(run_dir.metrics)
+        # the lines already there were kept from an earlier attempt (--resume): not this attempt's steps
+        self.kept = read_metrics(run_dir.metrics)
+        self.metrics = MetricsTail(run_dir.metrics, offset=_size(run_dir.metrics))
         self.events = MetricsTail(run_dir.events)
-        self.signals: list[int] = []
-        self.last_metrics: dict[str, Any] | None = None
+        self.signals = signals.received
+        self.last_metrics: dict[str, Any] | None = self.kept[-1] if self.kept else None
+        self.stepped = False  # a training step of this attempt was logged
+        self.stopped_early: int | None = None  # the signal that stopped it before its first step
         self.checkpoints: list[dict[str, Any]] = []
         self.divergence = DivergenceWatch(_divergence_steps(resolved.values()))
         self.diverged: str | None = None  # the "diverged at step K" message once it happened
@@ -171,6 +178,7 @@ class _Supervisor:
     def _pump(self) -> None:
         for line in self.metrics.poll():
             self.last_metrics = line
+            self.stepped = True
             self.progress.update(line)
             self.fire("metrics", line)
             if self.diverged is None:
@@ -178,9 +186,6 @@ class _Supervisor:
         for event in self.events.poll():
             self.checkpoints.append({"path": event["path"], "step": event["step"]})
             self.fire("checkpoint", {"path": event["path"], "step": event["step"]})
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.signals.append(signum)
 
     def _start_log_section(self) -> None:
         """Note where this attempt starts in the (appended) log, and mark it for readers."""
@@ -193,9 +198,28 @@ class _Supervisor:
         except OSError:
             pass  # a full disk: the failure is reported from the filesystem, not from this line
 
-    def run(self, command: list[str]) -> tuple[int, bool]:
-        """Run the child to its end; returns (exit code, whether it had to be stopped)."""
+    def _forward(self, pid: int) -> None:
+        """Act on a new signal: before the first step, stop at once (nothing to checkpoint yet);
+        after it, ask for checkpoint-and-stop; a second one (even one that came within the same
+        poll interval) stops it now."""
+        self._pump()  # the steps logged until now decide which
+        if len(self.signals) >= 2:
+            self.killed_by_signal = self.signals[-1]
+            _signal_group(pid, signal.SIGKILL)
+        elif not self.stepped:
+            self.stopped_early = self.signals[0]
+            _signal_group(pid, signal.SIGKILL)
+        else:
+            _signal_group(pid, signal.SIGTERM)
+
+    def run(self, command: list[str]) -> tuple[int | None, bool]:
+        """Run the child to its end; returns (exit code, whether it had to be stopped).
+
+        A signal that came before the child was started starts none (exit code None)."""
         self._start_log_section()
+        if self.signals:
+            self.stopped_early = self.signals[0]
+            return None, False
         env = dict(os.environ, PYTHONUNBUFFERED="1", THUB_RUN_DIR=str(self.run_dir.path))
         env.update(child_environment(self.run_dir.path))  # the real values of redacted parameters
         env[lifeline.PARENT_ENV] = str(os.getpid())
@@ -206,7 +230,6 @@ class _Supervisor:
             env[lifeline.PIPE_ENV] = str(read_end)  # torchrun's workers would not inherit it
         if self.lock is not None and self.lock.fd is not None:
             pass_fds.append(self.lock.fd)  # the child holds the run directory's lock with us
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         stopped = False
         try:
             with open(self.run_dir.log_file, "ab") as log:
@@ -224,14 +247,8 @@ class _Supervisor:
                 while child.poll() is None:
                     self._pump()
                     if len(self.signals) > forwarded:
-                        # first signal: ask for checkpoint-and-stop; a second one (even one that
-                        # came within the same poll interval) stops it now
-                        if len(self.signals) >= 2:
-                            self.killed_by_signal = self.signals[-1]
-                            _signal_group(child.pid, signal.SIGKILL)
-                        else:
-                            _signal_group(child.pid, signal.SIGTERM)
                         forwarded = len(self.signals)
+                        self._forward(child.pid)
                     if self.diverged and diverged_since is None:
                         diverged_since = time.time()
                         _signal_group(child.pid, signal.SIGTERM)
@@ -254,9 +271,14 @@ class _Supervisor:
             os.close(write_end)  # (the child also sees EOF if we die before this)
             if read_end >= 0:
                 os.close(read_end)  # Popen failed
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         return code, stopped
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -283,6 +305,33 @@ def run_training(
     """
     params = resolved.values()
     run_dir = RunDirectory(Path(params["ckpt_output_dir"]))
+    created = not run_dir.path.exists()
+    started = time.time()
+    # SIGINT/SIGTERM: until the first step, stop at once (thub.runner.signals)
+    with RunSignals() as signals:
+        try:
+            result = _launch(resolved, run_dir, signals, overwrite=overwrite, resume=resume,
+                             command_line=command_line, quiet_json=quiet_json, force_launch=force_launch)
+        except Interrupted as stop:
+            # prepared_run's result.json where the directory holds the run; else nothing was written
+            result = stop.result or nothing_written(resolved, run_dir, stop.signum, started)
+            Progress(enabled=not quiet_json).finish(result)
+            return result
+    if (result.get("built") or {}).get("refused"):
+        from thub.runner.built import DataMismatch
+
+        if created:  # stopped before step 1 as bad input: leave nothing behind (a rerun needs no --overwrite)
+            import shutil
+
+            shutil.rmtree(run_dir.path, ignore_errors=True)
+        raise DataMismatch(result["error"])
+    return result
+
+
+def _launch(resolved: ResolvedConfig, run_dir: RunDirectory, signals: RunSignals, *, overwrite: bool, resume: bool,
+            command_line: list[str] | None, quiet_json: bool, force_launch: bool) -> dict[str, Any]:
+    """Validate (bad input: exit 2, nothing written), prepare the directory, supervise the child."""
+    params = resolved.values()
     data = _validate_data(resolved)
     from thub.trackers.check import validate as validate_trackers
 
@@ -294,22 +343,13 @@ def run_training(
     from thub.launch.torchrun import is_head_node
 
     head = is_head_node()
-    created = not run_dir.path.exists()
     # the other nodes of a multi-node job (PET_NODE_RANK > 0) share node 0's directory: not theirs to lock
     with prepared_run(resolved, run_dir, data, overwrite=overwrite, resume=resume,
                       command_line=command_line or ["thub.api"], head=head) as prepared:
         # under Kubeflow / plain multi-node (PET_* set), only node 0 owns result.json
-        result = supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
-                           resume_from=prepared.resume_from, quiet_json=quiet_json, head=head, lock=prepared.lock)
-    if (result.get("built") or {}).get("refused"):
-        from thub.runner.built import DataMismatch
-
-        if created:  # stopped before step 1 as bad input: leave nothing behind (a rerun needs no --overwrite)
-            import shutil
-
-            shutil.rmtree(run_dir.path, ignore_errors=True)
-        raise DataMismatch(result["error"])
-    return result
+        return supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
+                         resume_from=prepared.resume_from, quiet_json=quiet_json, head=head, lock=prepared.lock,
+                         signals=signals)
 
 
 @dataclass
@@ -337,29 +377,41 @@ def prepared_run(resolved: ResolvedConfig, run_dir: RunDirectory, data: Training
     """
     run_dir.check_not_foreign()  # before the lock file is created in someone else's directory
     created = not run_dir.path.exists()
-    with RunLock(run_dir.path) if head else contextlib.nullcontext() as lock:
-        try:
-            user_entries = run_dir.prepare(overwrite=overwrite, resume=resume)  # what --overwrite must keep
-        except UsageError:
-            if created:  # refused: leave no directory behind that we made only to lock it
-                import shutil
+    try:
+        with RunLock(run_dir.path) if head else contextlib.nullcontext() as lock:
+            resume_from = None
+            try:
+                try:
+                    user_entries = run_dir.prepare(overwrite=overwrite, resume=resume)  # what --overwrite must keep
+                except UsageError:
+                    if created:  # refused: leave no directory behind that we made only to lock it
+                        import shutil
 
-                shutil.rmtree(run_dir.path, ignore_errors=True)
-            raise
-        resume_from = _resume_point(run_dir) if resume else None
-        record = build_record(resolved, command_line, resume_from)
-        record["user_entries"] = user_entries
-        if launch is not None:
-            record["launch"] = launch
-        write_json_atomic(run_dir.record, record)
-        _keep_data(data, run_dir, resolved.values())  # the child reads these rows back (thub_data/)
-        yield PreparedRun(record, resume_from, lock)
+                        shutil.rmtree(run_dir.path, ignore_errors=True)
+                    raise
+                resume_from = _resume_point(run_dir, resolved) if resume else None
+                record = build_record(resolved, command_line, resume_from)
+                record["user_entries"] = user_entries
+                if launch is not None:
+                    record["launch"] = launch
+                write_json_atomic(run_dir.record, record)
+                _keep_data(data, run_dir, resolved.values())  # the child reads these rows back (thub_data/)
+                yield PreparedRun(record, resume_from, lock)
+            except Interrupted as stop:  # a signal before the supervisor took over (thub.runner.signals)
+                stop.result = stopped_while_preparing(resolved, run_dir, created, stop.signum, resume_from)
+                raise
+    except Interrupted:
+        if created and not run_dir.record.exists():  # stopped while taking the lock: nothing of ours stays
+            import shutil
+
+            shutil.rmtree(run_dir.path, ignore_errors=True)
+        raise
 
 
-def _resume_point(run_dir: RunDirectory) -> str | None:
-    """The newest complete checkpoint, saying which newer ones were passed over; the metrics
-    lines logged after it (all of them without a checkpoint) are dropped, so each step is
-    logged once."""
+def _resume_point(run_dir: RunDirectory, resolved: ResolvedConfig) -> str | None:
+    """The newest complete checkpoint, saying which newer ones were passed over and where the
+    run continues ("resuming from checkpoint-9 (step 9 of 32)"); the metrics lines logged after
+    it (all of them without a checkpoint) are dropped, so each step is logged once."""
     from thub.ui.output import console
 
     found, skipped = run_dir.resume_point()
@@ -368,12 +420,40 @@ def _resume_point(run_dir: RunDirectory) -> str | None:
         out.print(f"warning: {path} is not a complete checkpoint ({problem}); skipped", markup=False,
                   highlight=False)
     if found:
-        if skipped:
-            out.print(f"resuming from {found[0]}, the newest complete checkpoint", markup=False, highlight=False)
+        total = _total_steps(run_dir, found, resolved.values())
+        newest = ", the newest complete checkpoint" if skipped else ""
+        out.print(f"resuming from {found[0].name} (step {found[1]}{f' of {total}' if total else ''}){newest}",
+                  markup=False, highlight=False)
         truncate_after(run_dir.metrics, found[1])
         return str(found[0])
+    if any(path.is_dir() for path in _entries(run_dir.checkpoints)):
+        # another layout (mini-trainer's full_state_checkpoints/, verl's global_step_N/): the backend's to find
+        out.print(f"no complete {run_dir.checkpoints.name}/checkpoint-N: {resolved.backend.name} "
+                  f"resumes from its own checkpoints in {run_dir.checkpoints} if it has one",
+                  markup=False, highlight=False)
+    else:
+        out.print("no complete checkpoint: starting from step 1", markup=False, highlight=False)
     truncate_after(run_dir.metrics, 0)
     return None
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
+
+
+def _total_steps(run_dir: RunDirectory, found: tuple[Path, int], params: dict[str, Any]) -> int | None:
+    """The run's step count as this attempt will see it: ``max_steps`` when set, else what the
+    kept metrics line of the checkpoint's step or the checkpoint's ``trainer_state.json`` says."""
+    if isinstance(params.get("max_steps"), int) and params["max_steps"] > 0:
+        return int(params["max_steps"])
+    for line in read_metrics(run_dir.metrics):
+        if line.get("step") == found[1] and isinstance(line.get("max_steps"), int):
+            return int(line["max_steps"])
+    state = read_json(found[0] / "trainer_state.json") or {}
+    return state["max_steps"] if isinstance(state.get("max_steps"), int) and state["max_steps"] > 0 else None
 
 
 def _refused(run_dir: RunDirectory) -> str | None:
@@ -413,19 +493,31 @@ def supervise(
     quiet_json: bool = False,
     head: bool = True,
     lock: RunLock | None = None,
+    signals: RunSignals | None = None,
 ) -> dict[str, Any]:
     """Run ``command`` for a prepared run directory and write ``result.json``.
 
     Also used by a scheduler's node worker (thub.launch.worker). ``head=False`` is a node that
     does not own the run's result (other nodes of a multi-node job): a clean exit without a
     result of its own is then success, and it writes nothing, so it never clobbers the head's.
-    ``lock`` is the run directory's lock, handed on to the child.
+    ``lock`` is the run directory's lock, handed on to the child. ``signals``: the run's
+    handler (:func:`run_training` installs it at the start); without one, it is installed here.
     """
+    with contextlib.nullcontext(signals) if signals is not None else RunSignals() as handler:
+        handler.follow()  # from here until result.json is written, a signal is recorded and acted on
+        return _supervise(resolved, run_dir, command, handler, command_line=command_line, resume_from=resume_from,
+                          quiet_json=quiet_json, head=head, lock=lock)
+
+
+def _supervise(resolved: ResolvedConfig, run_dir: RunDirectory, command: list[str], signals: RunSignals, *,
+               command_line: list[str] | None, resume_from: str | None, quiet_json: bool, head: bool,
+               lock: RunLock | None) -> dict[str, Any]:
     progress = Progress(enabled=not quiet_json)
-    supervisor = _Supervisor(resolved, run_dir, progress, lock)
-    supervisor.fire("started", {"resume_from": resume_from, "command": command_line})
+    supervisor = _Supervisor(resolved, run_dir, progress, signals, lock)
     started = time.time()
+    supervisor.fire("started", {"resume_from": resume_from, "command": command_line})
     with progress:
+        progress.kept(supervisor.kept)  # the steps an earlier attempt trained, said once: not shown as trained now
         code, stopped = supervisor.run(command)
 
     result = read_json(run_dir.result)
@@ -434,7 +526,13 @@ def supervise(
         return {"status": "succeeded" if code == 0 else "failed", "role": "worker", "exit_code": code}
     saved = result is not None and result.get("status") == "succeeded"
     base = {"algorithm": resolved.algorithm.name, "backend": resolved.backend.name, "exit_code": code}
-    if supervisor.diverged:
+    if supervisor.stopped_early is not None and not saved:
+        result = {**base, "status": "interrupted", "reason": early_reason(supervisor.stopped_early, resume_from),
+                  "final_checkpoint": None}
+        removed = _drop_incomplete_checkpoints(run_dir, started)  # (none before a first step; never one left)
+        if removed:
+            result["note"] = f"removed the half-written {', '.join(removed)}"
+    elif supervisor.diverged:
         result = {**base, "status": "failed", "error": supervisor.diverged, "root_cause": [supervisor.diverged],
                   "final_checkpoint": None}
     elif code == 2 and result is None and _refused(run_dir):
@@ -444,7 +542,7 @@ def supervise(
     elif supervisor.killed_by_signal is not None and not saved:
         name = signal.Signals(supervisor.killed_by_signal).name
         reason = (f"stopped at once by a second signal ({name}); no checkpoint was saved for the stop: "
-                  "--resume continues from the latest complete one")
+                  f"{option('resume')} continues from the latest complete one")
         result = {**base, "status": "interrupted", "reason": reason, "final_checkpoint": None}
     elif saved and result is not None and code not in (0, None) and not stopped:
         # the model and result were saved; a crash while the library shuts down (vLLM/Ray
