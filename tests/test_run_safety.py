@@ -388,6 +388,22 @@ def wait_for_log(out: Path, text: str, process: subprocess.Popen[str], count: in
     raise AssertionError(f"{text!r} never appeared in {log}")
 
 
+def signal_in_phase(process: subprocess.Popen[str], out: Path, phase: str, signum: int, count: int = 1) -> str:
+    """Send ``signum`` once ``phase`` is in the log (``count`` times) and no step is logged yet;
+    the run exits 130. Returns its stderr."""
+    try:
+        wait_for_log(out, phase, process, count)
+        steps = [line["step"] for line in read_metrics(out / "training_metrics.jsonl")]
+        process.send_signal(signum)
+        _out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert [line["step"] for line in read_metrics(out / "training_metrics.jsonl")] == steps  # no step since
+    return err
+
+
 def lock_free(out: Path) -> bool:
     import fcntl
 
@@ -470,16 +486,8 @@ def test_a_signal_once_the_directory_is_prepared_stops_before_the_child(
 def test_a_signal_while_the_child_starts_stops_at_once(phase: str, signum: int, tiny_model: Path,
                                                        tmp_path: Path) -> None:
     out = tmp_path / "starting"
-    process = start(*demo(tiny_model, out))
-    try:
-        wait_for_log(out, phase, process)  # the child is importing its backend / loading the model
-        assert read_metrics(out / "training_metrics.jsonl") == []
-        process.send_signal(signum)
-        _out, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 130, err
+    # the child is importing its backend / loading the model
+    err = signal_in_phase(start(*demo(tiny_model, out)), out, phase, signum)
     result = assert_stopped_cleanly(out, err)
     name = signal.Signals(signum).name
     assert result["reason"].startswith(f"stopped by {name} before the first training step"), result
@@ -502,15 +510,8 @@ def test_resume_says_where_it_starts_and_shows_kept_steps_as_kept(tiny_model: Pa
 
     shutil.rmtree(out / "checkpoints" / "checkpoint-4")  # the run was killed before its step-4 save
     # a Ctrl-C while the resumed child starts keeps checkpoint-2 and the kept steps as they were
-    process = start(*demo(tiny_model, out, "--max-steps", "4", "--resume"))
-    try:
-        wait_for_log(out, "thub child: starting", process, count=2)
-        process.send_signal(signal.SIGINT)
-        _out, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 130, err
+    err = signal_in_phase(start(*demo(tiny_model, out, "--max-steps", "4", "--resume")), out,
+                          "thub child: starting", signal.SIGINT, count=2)
     result = assert_stopped_cleanly(out, err)
     assert "resuming from checkpoint-2 (step 2 of 4)" in err and "kept steps 1-2" in err, err
     assert "checkpoint-2" in result["reason"] and checkpoint_problem(out / "checkpoints" / "checkpoint-2") is None
