@@ -80,6 +80,20 @@ def test_preview_of_pre_tokenized_rows_decodes_them(tiny_model: Path, tmp_path: 
     assert [s["trained"] for s in example["segments"]] == [False, True]
 
 
+def test_preview_of_pre_tokenized_rows_keeps_characters_split_over_tokens(tiny_model: Path) -> None:
+    # a byte-level BPE splits "°" and an emoji into several tokens: each alone decodes to U+FFFD
+    from thub.data import load_tokenizer
+    from thub.data.preview import explain
+
+    tokenizer = load_tokenizer(str(tiny_model))
+    text = "-3 °C 👨‍👩‍👧 e\u0301"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    labels = [-100] * 2 + ids[2:]
+    example = explain({"input_ids": ids, "labels": labels}, tokenizer)
+    assert "".join(s["text"] for s in example["segments"]) == text
+    assert example["segments"][-1]["text"] == text[2:] and example["trained_tokens"] == len(ids) - 2
+
+
 @pytest.mark.parametrize("unmask", [False, True])
 def test_thubs_own_masks_are_the_templates_on_the_edge_cases(unmask: bool, tiny_model: Path, demo_data: Path,
                                                              edge_cases: Path, edge_cases_max_seq_len: int) -> None:

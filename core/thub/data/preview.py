@@ -30,6 +30,25 @@ def segments(text: str, offsets: list[tuple[int, int]], labels: list[int]) -> li
     return out
 
 
+def _pieces(backend: Any, ids: list[int]) -> list[str]:
+    """Each token's text (the Rust backend decodes for transformers' fast tokenizers and thub's
+    light one). A character split over several byte-level tokens (``°``, an emoji) is given to
+    the last of them, the others get ``""``: decoded alone each would be U+FFFD."""
+    pieces: list[str] = []
+    pending: list[int] = []
+    for token in ids:
+        pending.append(token)
+        piece = backend.decode(pending, skip_special_tokens=False)
+        if piece.endswith("\ufffd") and len(pending) < 4:  # UTF-8 holds at most 4 bytes a character
+            pieces.append("")
+            continue
+        pieces.append(piece)
+        pending = []
+    if pending:  # ends inside a character: the bytes as the tokenizer decodes them
+        pieces[-1] = backend.decode(pending, skip_special_tokens=False)
+    return pieces
+
+
 def explain(row: dict[str, Any], tokenizer: Any, template: ChatTemplate | None = None, *,
             unmask: bool = False, max_seq_len: int | None = None) -> dict[str, Any]:
     """One canonical row rendered and tokenized: text, segments, token and trained counts.
@@ -41,8 +60,7 @@ def explain(row: dict[str, Any], tokenizer: Any, template: ChatTemplate | None =
     backend = rust_tokenizer(tokenizer)
     if "input_ids" in row:
         ids, labels = list(row["input_ids"]), list(row["labels"])
-        # the Rust backend decodes for both transformers' fast tokenizers and thub's light one
-        pieces = [backend.decode([i], skip_special_tokens=False) for i in ids]
+        pieces = _pieces(backend, ids)
         offsets, pos = [], 0
         for piece in pieces:
             offsets.append((pos, pos + len(piece)))
