@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -111,6 +111,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "needs_module(*modules): skipped, naming the install, unless all import")
     config.addinivalue_line("markers", "needs_backend(*names): skipped, naming the plugin's install, unless "
                                        "these backends are registered")
+    config.addinivalue_line("markers", "needs_system(*binaries): skipped, naming scripts/system-packages.sh, "
+                                       "unless these programs are on PATH")
+
+
+#: The command that installs the system packages some tests need (apt-get: SLURM, munge, openssl, shellcheck).
+SYSTEM_PACKAGES = "sudo bash scripts/system-packages.sh"
+
+
+def _missing_system(binaries: Iterable[str]) -> str | None:
+    """Why a test needing ``binaries`` cannot run (the missing ones and their install), or None."""
+    import shutil
+
+    missing = [b for b in binaries if shutil.which(b) is None]
+    return f"not on PATH: {', '.join(missing)}; install with: {SYSTEM_PACKAGES}" if missing else None
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -120,6 +134,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         for module in mark.args:
             if not _installed(module):
                 pytest.skip(_missing_reason(module))
+    why = _missing_system(b for mark in item.iter_markers("needs_system") for b in mark.args)
+    if why:
+        pytest.skip(why)
     names = [name for mark in item.iter_markers("needs_backend") for name in mark.args]
     if names:
         from thub.envs.catalog import catalog_entry

@@ -13,9 +13,10 @@ CTLD_PORT=${SLURMCTLD_PORT:-6817}; SLURMD_PORT=${SLURMD_PORT:-6818}
 NODE=${SLURM_NODE_NAME:-$(hostname -s)}
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need slurmctld || ! need slurmd || ! need munged || ! need sbatch; then
-  echo "slurm-up.sh: installing slurmctld slurmd slurm-client munge" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-    slurmctld slurmd slurm-client munge >/dev/null
+  bash "$(dirname "$0")/system-packages.sh"  # apt-get as root or with sudo; else it says how
+  if ! need slurmctld || ! need slurmd || ! need munged || ! need sbatch; then
+    echo "slurm-up.sh: SLURM is not installed: sudo bash scripts/system-packages.sh" >&2; exit 1
+  fi
 fi
 rm -rf "$B"; mkdir -p "$B"/{etc,state/ctld,state/d,log,run}
 chmod 700 "$B/etc"; chmod 755 "$B/run"        # munged: the socket dir must be a+x

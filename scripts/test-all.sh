@@ -5,8 +5,9 @@
 #
 # Every install line for the tests lives here (not in .ci/run): the other backends' libraries
 # and plugins (installed without their GPU stacks), unpacked reference wheels under build/,
-# experiment trackers, and a one-node SLURM. A plugin that is not installed makes its tests skip
-# with the install command as the reason (conftest.py), never a collection error.
+# experiment trackers, and (scripts/system-packages.sh: root or sudo only) a one-node SLURM. A plugin,
+# library or system binary that is not installed makes its tests skip with the install command as the
+# reason (conftest.py), never a collection error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,17 +62,11 @@ python -m pip install --quiet --no-deps --upgrade --target build/axolotl-0.19.0 
 # `ast` (153 kB; nothing imported: it would pull instructlab-training, mini-trainer, torch, ...).
 python -m pip install --quiet --no-deps --upgrade --target build/training-hub-0.11.2 "training-hub==0.11.2"
 
-# --- SLURM for tests/test_slurm_cluster.py (issue 10): a real one-node cluster that a pytest
-# session fixture starts with scripts/slurm-up.sh and stops with scripts/slurm-down.sh. The tests
-# skip only when these binaries are missing, so install them here and CI always runs them.
-# openssl makes the self-signed certificate of the Kubeflow status endpoint in tests/test_kubeflow.py.
-# shellcheck checks the GPU smoke scripts (tests/test_smoke_checker.py; they need a GPU to run).
-if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 \
-   || ! command -v shellcheck >/dev/null 2>&1; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    slurmctld slurmd slurm-client munge openssl shellcheck >/dev/null
-fi
+# --- System packages (apt-get, as root or with passwordless sudo): a one-node SLURM with munge for
+# tests/test_slurm_cluster.py (issue 10; a pytest session fixture starts it with scripts/slurm-up.sh),
+# openssl for tests/test_kubeflow.py, shellcheck for tests/test_smoke_checker.py. As a normal user
+# without sudo it installs nothing, says so with the command that does, and those tests skip.
+bash scripts/system-packages.sh
 
 # --- thub install (issue 8): tests/test_install_envs.py (marked slow + install) builds real
 # virtual environments with `python -m venv` + pip from the package index; pip's wheel cache

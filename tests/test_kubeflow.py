@@ -127,6 +127,7 @@ def make_server(tmp_path: Path) -> Iterator[Any]:
         srv.httpd.shutdown()
 
 
+@pytest.mark.needs_system("openssl")  # the server's self-signed certificate
 def test_reports_progress_eta_and_metrics_with_the_rotating_token(server: StatusServer) -> None:
     reporter = StatusReporter(server.url, str(server.ca), str(server.token_file), interval=0)
     reporter.handle("metrics", {"step": 10, "max_steps": 100, "loss": 0.5, "timestamp": 1000.0})
@@ -147,6 +148,7 @@ def test_reports_progress_eta_and_metrics_with_the_rotating_token(server: Status
     assert final["progressPercentage"] == 100 and final["estimatedRemainingSeconds"] == 0
 
 
+@pytest.mark.needs_system("openssl")  # the server's self-signed certificate
 def test_throttled_but_the_final_update_always_goes(server: StatusServer) -> None:
     reporter = StatusReporter(server.url, str(server.ca), str(server.token_file), interval=3600)
     for step in range(1, 50):
@@ -156,6 +158,7 @@ def test_throttled_but_the_final_update_always_goes(server: StatusServer) -> Non
     assert [r["trainerStatus"]["progressPercentage"] for r in server.received] == [2, 100]
 
 
+@pytest.mark.needs_system("openssl")  # the server's self-signed certificate
 def test_dead_or_untrusted_endpoint_never_raises(server: StatusServer, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     dead = StatusReporter("https://127.0.0.1:9/status", str(server.ca), str(server.token_file), interval=0, timeout=1)
@@ -170,6 +173,7 @@ def test_dead_or_untrusted_endpoint_never_raises(server: StatusServer, tmp_path:
     assert missing_token.post({"progressPercentage": 1}) is False
 
 
+@pytest.mark.needs_system("openssl")  # the server's self-signed certificate
 @pytest.mark.slow
 def test_simulated_kubeflow_worker_trains_and_reports(server: StatusServer, tiny_model: Path, demo_data: Path,
                                                       tmp_path: Path) -> None:
@@ -207,6 +211,7 @@ def _returns(call: Any, limit: float = 30.0) -> bool:
     return not thread.is_alive()
 
 
+@pytest.mark.needs_system("openssl")  # the server's self-signed certificate
 def test_a_hanging_endpoint_never_blocks_the_caller(make_server: Any) -> None:
     hang = make_server("hang")
     reporter = StatusReporter(hang.url, str(hang.ca), str(hang.token_file), interval=0, timeout=1)
@@ -219,6 +224,7 @@ def test_a_hanging_endpoint_never_blocks_the_caller(make_server: Any) -> None:
     assert _returns(lambda: reporter.post({"progressPercentage": 1}))  # a synchronous post has the deadline too
 
 
+@pytest.mark.needs_system("openssl")  # the server's self-signed certificate
 def test_updates_queued_behind_a_slow_one_are_replaced_by_the_latest(make_server: Any) -> None:
     hold = make_server("hold")
     reporter = StatusReporter(hold.url, str(hold.ca), str(hold.token_file), interval=0, timeout=30)
@@ -232,6 +238,7 @@ def test_updates_queued_behind_a_slow_one_are_replaced_by_the_latest(make_server
     assert reporter.dropped == 3 and reporter.sent == 2
 
 
+@pytest.mark.needs_system("openssl")  # the server's self-signed certificate
 @pytest.mark.parametrize("code", [302, 307])
 def test_redirects_are_not_followed_with_the_token(make_server: Any, code: int) -> None:
     thief = make_server("ok")
@@ -287,6 +294,7 @@ def test_plain_http_url_stops_the_run_before_anything_is_written(tmp_path: Path)
     assert absent["kubeflow.status-url"].status == "skip"
 
 
+@pytest.mark.needs_system("openssl")  # the server's self-signed certificate
 @pytest.mark.slow
 def test_sigterm_stops_a_run_whose_status_endpoint_hangs(make_server: Any, tiny_model: Path, demo_data: Path,
                                                          tmp_path: Path) -> None:
