@@ -301,3 +301,85 @@ def test_doctor_grammar_one_backend_needs_several_need(thub_plugin, monkeypatch)
         assert f"{verb} an NVIDIA GPU" in text, text
         if len(names) == 1:
             assert "gpua need an" not in text, text
+
+
+def test_backends_lists_what_thub_install_offers(thub_plugin, thub_cli) -> None:  # type: ignore[no-untyped-def]
+    """Nothing installed: `thub backends sft` still names every backend thub can install for sft,
+    marked as not installed, each with its install command (table and --json)."""
+    from thub.envs.catalog import backends_running
+
+    thub_plugin(entry_points=False)
+    listing = thub_cli("backends", "sft")
+    assert listing.exit_code == 0, listing.stderr
+    offered = [e.name for e in backends_running("sft")]
+    assert offered and "trl" in offered
+    for name in offered:
+        row = next((line for line in listing.stdout.splitlines() if line.startswith(f"{name} ")), None)
+        assert row is not None, listing.stdout
+        assert "not installed" in row and f"thub install {name}" in row, row
+    data = thub_cli("backends", "sft", "--json").json()
+    assert data["backends"] == []
+    assert [b["name"] for b in data["installable"]] == offered
+    assert all(b["install"].startswith(f"thub install {b['name']}") for b in data["installable"])
+    osft = thub_cli("backends", "osft", "--json").json()
+    assert [b["name"] for b in osft["installable"]] == ["mini-trainer"]
+
+
+def test_installed_backends_are_not_offered_again(thub_registry, thub_cli) -> None:  # type: ignore[no-untyped-def]
+    installed = {b.provenance.distribution for b in thub_registry.backends.values()}
+    data = thub_cli("backends", "--json").json()
+    assert not [b for b in data["installable"] if b["distribution"] in installed]
+
+
+def test_missing_path_suggests_the_sibling_it_resembles(tmp_path: Path) -> None:
+    """`--model-path examples/tiy` next to examples/tiny, a data file one letter off: did you mean."""
+    run = ["train", "sft", "--backend", "trl", "--ckpt-output-dir", str(tmp_path / "run")]
+    model = thub(*run, "--model-path", "examples/tiy", "--data-path", "examples/data/chat.jsonl",
+                 env={"HF_HUB_OFFLINE": "1"})
+    assert model.returncode == 2, model.stderr
+    assert "did you mean 'examples/tiny'?" in model.stderr, model.stderr
+    data = thub(*run, "--model-path", "examples/tiny", "--data-path", "examples/data/chta.jsonl", "--dry-run")
+    assert data.returncode == 2, data.stderr
+    assert "did you mean 'examples/data/chat.jsonl'?" in data.stderr, data.stderr
+    deeper = thub(*run, "--model-path", "exmples/tiny", "--data-path", "examples/data/chat.jsonl",
+                  env={"HF_HUB_OFFLINE": "1"})
+    assert "did you mean 'examples/tiny'?" in deeper.stderr, deeper.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_piped_output_has_no_trailing_whitespace() -> None:
+    for args in (("plugins",), ("backends",), ("algorithms",), ("doctor", "core.python", "core.tmpdir")):
+        done = thub(*args)
+        padded = [line for line in done.stdout.splitlines() if line != line.rstrip()]
+        assert not padded, (args, padded[:3])
+        assert done.stdout.strip(), args
+
+
+def test_narrow_tables_wrap_between_words() -> None:
+    """On a 100-column screen cells wrap at spaces: every word of the narrow table is a whole word
+    of the same table unwrapped, and no line is wider than the screen."""
+    for args in (("backends",), ("plugins",), ("algorithms",)):
+        wide = thub(*args).stdout
+        narrow = thub(*args, env={"COLUMNS": "100"}).stdout
+        assert max(len(line) for line in narrow.splitlines()) <= 100, narrow
+        whole = set(wide.split())
+        broken = [word for word in narrow.split() if word not in whole]
+        assert not broken, (args, broken[:5], narrow)
+
+
+def test_config_init_names_each_group_once() -> None:
+    from thub.cli.config_cmd import render_template
+
+    for algorithm in ("sft", "grpo", "lora_sft"):
+        headers = [line for line in render_template(algorithm).splitlines() if line.startswith("# --- ")]
+        assert len(headers) == len(set(headers)) > 1, headers
+
+
+def test_help_says_what_an_unset_default_means() -> None:
+    done = thub("train", "sft", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "default: -" not in text
+    assert "default: the backend's" in text
+    cli_doc = " ".join((ROOT / "docs" / "cli.md").read_text().split())
+    assert "default: the backend's" in cli_doc

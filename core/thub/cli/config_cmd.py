@@ -39,18 +39,28 @@ def render_template(algorithm: str) -> str:
     infos = param_infos(spec.load_parameters())
     lines = [f"# thub config for `thub train {algorithm} --config FILE` ({spec.summary})",
              f"algorithm: {algorithm}", "# backend: trl", ""]
-    group = None
+    # Each group once, in the order groups first appear (the algorithm's own fields come after
+    # the shared ones, and some of them belong to a group already shown).
+    groups: dict[str, list] = {}
     for info in infos.values():
-        if info.group != group:
-            group = info.group
-            lines.append(f"# --- {group} ---")
+        groups.setdefault(info.group, []).append(info)
+    for group, members in groups.items():
+        lines.append(f"# --- {group} ---")
+        lines.extend(_template_lines(members))
+    return "\n".join(lines) + "\n"
+
+
+def _template_lines(infos: list) -> list[str]:
+    """The commented lines of one group's parameters: help and type, then the default."""
+    lines: list[str] = []
+    for info in infos:
         lines.append(f"# {info.help} ({info.type_label()})")
         if info.required:
             lines.append(f"{info.name}:   # required")
         else:
             dumped = yaml.safe_dump({info.name: info.default}, default_flow_style=True).strip().strip("{}")
             lines.append(f"# {dumped}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 @config.command()

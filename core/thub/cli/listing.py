@@ -107,6 +107,19 @@ def algorithms(as_json: bool) -> None:
           [[a["name"], ", ".join(a["backends"]) or "(none installed)", a["summary"]] for a in data])
 
 
+def installable(registry: Any, algorithm: str | None) -> list[dict[str, Any]]:
+    """The backends ``thub install`` offers (its catalog) that run ``algorithm`` (any, when None)
+    and whose plugin is installed nowhere thub looks, each with the command that installs it."""
+    from thub.envs.catalog import CATALOG
+    from thub.selection import cuda_visible
+
+    here = {spec.provenance.distribution for spec in registry.backends.values()}
+    return [{"name": entry.name, "distribution": entry.distribution, "algorithms": sorted(entry.algorithms),
+             "install": entry.install_command(gpu=cuda_visible())}
+            for entry in CATALOG.values()
+            if entry.distribution not in here and (algorithm is None or algorithm in entry.algorithms)]
+
+
 @click.command()
 @click.argument("algorithm", required=False)
 @json_option
@@ -132,12 +145,16 @@ def backends(algorithm: str | None, as_json: bool) -> None:
             "status": why,
             "plugin": spec.provenance.describe(),
         })
+    offered = installable(registry, algorithm)
     if as_json:
-        emit_json({"schema_version": JSON_SCHEMA_VERSION, "backends": data, "shadowed": list(registry.shadowed)})
+        emit_json({"schema_version": JSON_SCHEMA_VERSION, "backends": data, "installable": offered,
+                   "shadowed": list(registry.shadowed)})
         return
     rows = [[b["name"], ", ".join(b["algorithms"]), "✓ ready" if b["ready"] else f"✗ {b['status']}", b["plugin"],
              "current" if b["environment"] == "current" else f"env {b['environment']}: {b['path'] or b['python']}"]
             for b in data]
+    rows += [[b["name"], ", ".join(b["algorithms"]), f"– not installed: {b['install']}", b["distribution"], "-"]
+             for b in offered]
     if rows:
         table("Backends", ["backend", "algorithms", "status", "plugin", "lives in"], rows)
     for note in registry.shadowed:

@@ -17,7 +17,9 @@ from thub.config.fields import ParamInfo, format_value, parse_text
 def option_for(info: ParamInfo, honoured: bool = True) -> click.Option:
     """A click option for one parameter; its default is None so 'not given' is visible.
     ``honoured=False``: no installed backend honours it for this algorithm (setting it is an error)."""
-    default = "required" if info.required else f"default: {format_value(info.default)}"
+    # An unset default (None) leaves the value to the backend (its defaults, then its library's).
+    default = ("required" if info.required else
+               "default: the backend's" if info.default is None else f"default: {format_value(info.default)}")
     help_text = f"{info.help} [{info.group}; {default}" + ("" if honoured else "; honoured by: none installed") + "]"
     if info.is_flag:
         name = info.option.removeprefix("--")

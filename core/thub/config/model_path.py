@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from thub.errors import UsageError
+from thub.errors import UsageError, did_you_mean_path
 
 #: Hugging Face's repo id rule (huggingface_hub.utils.validate_repo_id): ``name`` or
 #: ``namespace/name``, word characters, ``-`` and ``.``, no ``--`` or ``..``, at most 96 each.
@@ -161,17 +161,19 @@ def check_model_path(params: Mapping[str, Any], environ: Mapping[str, str] | Non
                              "directory (save_pretrained output) or a Hub id")
         model_dir: Path | None = path
     elif not _is_repo_id(value):
-        raise UsageError(f"{where}: no such model directory")
+        raise UsageError(f"{where}: no such model directory{did_you_mean_path(value)}")
     else:
         model_dir = cached_snapshot(value, environ)
+        # a folder next to a mistyped one (examples/tiy): said first, whatever the Hub answers
+        hint = did_you_mean_path(value)
         if model_dir is None and _offline(environ):
-            raise UsageError(f"{where}: no such local directory, and as a Hub id it is not in the local cache "
-                             f"({hub_cache_dir(environ)}) while HF_HUB_OFFLINE=1; download it first "
+            raise UsageError(f"{where}: no such local directory{hint}, and as a Hub id it is not in the local "
+                             f"cache ({hub_cache_dir(environ)}) while HF_HUB_OFFLINE=1; download it first "
                              f"(hf download {value}) or fix the path")
         if model_dir is None:
             why = _probe_hub(value, environ)
             if why:
-                raise UsageError(f"{where}: {why}")
+                raise UsageError(f"{where}{hint}: {why}")
     kind = _data_needs_template(params) if model_dir is not None else None
     if kind and has_chat_template(model_dir) is False:  # type: ignore[arg-type]
         data = "chat data" if kind == "chat" else "GRPO prompts"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from thub.data.problems import Problems
-from thub.errors import UsageError
+from thub.errors import UsageError, did_you_mean_path
 
 Record = tuple[str, Any]
 
@@ -31,7 +31,7 @@ def file_kind(path: str | os.PathLike[str]) -> str:
     """``jsonl``, ``json``, ``parquet`` or ``hf`` (a ``save_to_disk`` directory); else UsageError."""
     p = Path(path)
     if not p.exists():
-        raise UsageError(f"{p}: no such file or directory")
+        raise UsageError(f"{p}: no such file or directory{did_you_mean_path(str(p))}")
     if p.is_dir():
         if any((p / name).exists() for name in ("dataset_info.json", "state.json", "dataset_dict.json")):
             return "hf"
