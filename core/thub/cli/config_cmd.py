@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import yaml
 
-from thub.config.fields import param_infos
+from thub.config.fields import ParamInfo, param_infos
 from thub.manager import get_registry
 from thub.ui.output import emit_json
 
@@ -41,7 +41,7 @@ def render_template(algorithm: str) -> str:
              f"algorithm: {algorithm}", "# backend: trl", ""]
     # Each group once, in the order groups first appear (the algorithm's own fields come after
     # the shared ones, and some of them belong to a group already shown).
-    groups: dict[str, list] = {}
+    groups: dict[str, list[ParamInfo]] = {}
     for info in infos.values():
         groups.setdefault(info.group, []).append(info)
     for group, members in groups.items():
@@ -50,7 +50,7 @@ def render_template(algorithm: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _template_lines(infos: list) -> list[str]:
+def _template_lines(infos: list[ParamInfo]) -> list[str]:
     """The commented lines of one group's parameters: help and type, then the default."""
     lines: list[str] = []
     for info in infos:
