@@ -131,6 +131,10 @@ class BackendSpec(Registered):
             selected backend. ``None``: a pip command for the missing requirements.
         memory: the backend's :class:`MemoryPolicy` for ``thub estimate``; ``None``: a generic
             training loop as the parameters describe it.
+        known_differences: what ``thub compare`` may find different on this backend and why,
+            quantity -> one sentence (quantities: ``examples``, ``masks``, ``samples_per_step``,
+            ``learning_rate``, ``loss``, ``grad_norm``), e.g. ``{"grad_norm": "logged before
+            clipping"}``; the plugin's README says the same.
     """
 
     name: str
@@ -147,6 +151,7 @@ class BackendSpec(Registered):
     docs: str | None = None
     install: str | None = None
     memory: MemoryPolicy | None = None
+    known_differences: Mapping[str, str] = field(default_factory=dict)
     provenance: Provenance = Provenance()
 
     def honours(self, algorithm: str) -> frozenset[str]:

@@ -8,6 +8,8 @@ compares what the library actually built (:mod:`thub.runner.built`) with it befo
 A mask hash is computed the same way on both sides (:func:`mask_hash`) from an example's labels
 (the token id where trained, -100 where not, padding removed), so it says which tokens are
 trained at which position: two libraries that train the same tokens of the same text agree.
+Trained tokens are those that get a loss: the first label of an example never does (a causal LM
+predicts each token from the ones before it), so it is not counted on either side.
 """
 
 from __future__ import annotations
@@ -28,14 +30,21 @@ VERSION = 1
 _SETTINGS = ("model_path", "max_seq_len", "overlong", "unmask_messages", "is_pretraining", "block_size")
 
 
+def _with_loss(labels: Sequence[int]) -> list[int]:
+    """``labels`` as a causal LM uses them: the first is never predicted (nothing comes before it),
+    so it counts as masked whatever the library wrote there (a padding-free collator masks it)."""
+    return [IGNORE, *labels[1:]] if len(labels) else []
+
+
 def mask_hash(labels: Sequence[int]) -> str:
-    """A short hash of one example's labels (token ids where trained, -100 elsewhere)."""
-    return hashlib.blake2b(array("q", labels).tobytes(), digest_size=8).hexdigest()
+    """A short hash of one example's labels (token ids where trained, -100 elsewhere; unshifted,
+    as Hugging Face models take them: ``labels[i]`` is the token at position ``i``)."""
+    return hashlib.blake2b(array("q", _with_loss(labels)).tobytes(), digest_size=8).hexdigest()
 
 
 def trained_count(labels: Sequence[int]) -> int:
-    """How many labels are trained (not -100)."""
-    return len(labels) - list(labels).count(IGNORE)
+    """How many tokens of an example get a loss: labels not -100, the first one left out."""
+    return max(0, len(labels) - 1 - list(labels[1:]).count(IGNORE))
 
 
 def expected_key(params: Mapping[str, Any], data_key: str) -> str:

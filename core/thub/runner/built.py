@@ -4,9 +4,9 @@ A runner reports the examples its library built (each one's labels as the librar
 them) with :meth:`thub.runner.context.RunContext.report_built`; for libraries built on
 ``transformers.Trainer`` thub's metrics callback does it at ``on_train_begin`` from the Trainer's
 own dataset and data collator (:func:`collated_labels`). thub compares them with what it
-validated (:mod:`thub.data.expected`): a different number of examples or trained tokens stops
-the run (:class:`DataMismatch`, exit 2) naming the first affected ``file:line``, unless the run
-sets ``allow_data_mismatch``. Either way ``RUN_DIR/built.json`` keeps the measurement (its
+validated (:mod:`thub.data.expected`): other examples, or other trained tokens in one (their
+mask hashes differ), stop the run (:class:`DataMismatch`, exit 2) naming the first affected
+``file:line``, unless the run sets ``allow_data_mismatch``. Either way ``RUN_DIR/built.json`` keeps the measurement (its
 summary goes into ``result.json`` as ``built``, the per-example mask hashes feed ``thub compare``).
 """
 
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from thub.runner.context import RunContext
 
 BUILT_FILE = "built.json"
-SUMMARY_FIELDS = ("by", "examples", "tokens", "trained_tokens", "expected", "matches", "masks_equal", "difference",
-                  "first_location", "reason", "allowed")
+SUMMARY_FIELDS = ("by", "examples", "tokens", "trained_tokens", "samples_per_step", "expected", "matches",
+                  "masks_equal", "difference", "first_location", "reason", "allowed")
 
 
 class DataMismatch(UsageError):
@@ -121,8 +121,10 @@ def compare_built(measured: Mapping[str, Any], expected: Mapping[str, Any] | Non
         if count_left[trained]:
             count_left[trained] -= 1
     same = sum(count_left.values()) == 0 and got_n == exp_n - out_n
-    result: dict[str, Any] = {"matches": same, "masks_equal": masks_equal, "difference": None, "first_location": None}
-    if masks_equal and same:
+    # other tokens trained with the same counts is a difference too: the masks must agree
+    result: dict[str, Any] = {"matches": masks_equal, "masks_equal": masks_equal, "difference": None,
+                              "first_location": None}
+    if masks_equal:
         return result
     first = unmatched[0] if unmatched else None
     if first is not None:
@@ -135,19 +137,29 @@ def compare_built(measured: Mapping[str, Any], expected: Mapping[str, Any] | Non
         text = "trains the same number of tokens per example, but other tokens (the masks differ)"
     if first is not None:
         text += f"; first affected: {result['first_location']} ({ours['trained'][first]} trained tokens in thub's mask)"
+    elif extra:  # every validated example is there, and more: name the library's first extra one
+        wanted, index = Counter(ours["hashes"]), 0
+        for index, digest in enumerate(theirs["hashes"]):
+            if not wanted[digest]:
+                break
+            wanted[digest] -= 1
+        text += (f"; the library's example {index + 1} ({theirs['trained'][index]} trained tokens) is none of the "
+                 "validated ones")
     result["difference"] = text
     return result
 
 
 def report_built(context: RunContext, labels: Iterable[Sequence[int]] | None = None, *, examples: int | None = None,
-                 by: str, reason: str | None = None) -> dict[str, Any]:
+                 by: str, reason: str | None = None, samples_per_step: int | None = None) -> dict[str, Any]:
     """Record what the library built and compare it with what thub validated (see the module doc).
 
     ``labels``: one entry per example the library will train on, its labels as the library
     built them (the token id where trained, -100 where not, no padding). Without labels (a
     library that masks nothing before training, GRPO), give ``examples``. ``by`` names what was
     measured (``"trl 1.16.0 SFTTrainer collator"``); ``reason`` is the library's own word on a
-    difference, when known (``"LLaMA-Factory's converter skips consecutive user turns"``).
+    difference, when known (``"LLaMA-Factory's converter skips consecutive user turns"``);
+    ``samples_per_step`` the examples per optimizer step the library itself uses (for
+    ``thub compare``).
 
     Writes ``RUN_DIR/built.json`` and returns its summary; raises :class:`DataMismatch` on a
     mismatch unless the run sets ``allow_data_mismatch``. Call it on the main process, before
@@ -157,7 +169,7 @@ def report_built(context: RunContext, labels: Iterable[Sequence[int]] | None = N
     from thub.data.training import DATA_DIR
     from thub.fileio import write_text_atomic
 
-    measured: dict[str, Any] = {"by": by}
+    measured: dict[str, Any] = {"by": by, "samples_per_step": samples_per_step}
     if labels is not None:
         trained, tokens, hashes = [], [], []
         for example in labels:

@@ -97,7 +97,7 @@ class RunContext:
         return self.data().rows
 
     def report_built(self, labels: Any = None, *, examples: int | None = None, by: str,
-                     reason: str | None = None) -> dict[str, Any]:
+                     reason: str | None = None, samples_per_step: int | None = None) -> dict[str, Any]:
         """Report what the library built, before step 1: each example's labels as the library
         trains them (or, for a library that masks nothing, the number of ``examples``); thub
         compares it with what it validated and raises ``DataMismatch`` (exit 2) on a difference
@@ -107,7 +107,7 @@ class RunContext:
         """
         from thub.runner.built import report_built
 
-        return report_built(self, labels, examples=examples, by=by, reason=reason)
+        return report_built(self, labels, examples=examples, by=by, reason=reason, samples_per_step=samples_per_step)
 
     def prepare(self, tokenizer: Any, output: str | Path, **options: Any) -> PrepareResult:
         """Tokenize :meth:`data` into ``output`` with :func:`thub.data.prepare` (cached by content).

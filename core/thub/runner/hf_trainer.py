@@ -71,7 +71,8 @@ def with_legacy_logging_dir(config_class: type, config: Mapping[str, Any],
     return config
 
 
-def measure_trainer_data(context: RunContext, train_dataloader: Any, reason: str | None = None) -> dict[str, Any]:
+def measure_trainer_data(context: RunContext, train_dataloader: Any, reason: str | None = None,
+                         args: Any = None) -> dict[str, Any]:
     """Report what a Trainer will train on (:meth:`RunContext.report_built`): every example of its
     own train dataset put through its own data collator, so packing, truncation and the
     collator's masking are what is counted."""
@@ -82,9 +83,13 @@ def measure_trainer_data(context: RunContext, train_dataloader: Any, reason: str
     from thub.runner.built import collated_labels
 
     labels = collated_labels(train_dataloader.dataset, collate)
+    per_step = None
+    if args is not None:  # the Trainer's own batch arithmetic: per device x accumulation x processes
+        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
     if labels is None:
-        return context.report_built(examples=len(train_dataloader.dataset), by=by, reason=reason)
-    return context.report_built(labels, by=by, reason=reason)
+        return context.report_built(examples=len(train_dataloader.dataset), by=by, reason=reason,
+                                    samples_per_step=per_step)
+    return context.report_built(labels, by=by, reason=reason, samples_per_step=per_step)
 
 
 def metrics_callback(context: RunContext, *, reason: str | None = None) -> Any:
@@ -126,7 +131,7 @@ def metrics_callback(context: RunContext, *, reason: str | None = None) -> Any:
         def on_train_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None,
                            **_: Any) -> None:
             if state.is_world_process_zero and train_dataloader is not None:
-                measure_trainer_data(context, train_dataloader, reason)  # a mismatch stops here: exit 2
+                measure_trainer_data(context, train_dataloader, reason, args)  # a mismatch stops here: exit 2
             # after the report_to integrations opened their runs (they come first in the callback list)
             report_to = [r for r in (args.report_to or []) if r != "none"]
             if state.is_world_process_zero and report_to:

@@ -24,7 +24,7 @@ def _load_tokenizer(params: dict[str, Any]) -> Any:
 def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
     from datasets import Dataset
 
-    from thub.backend import pretraining_blocks, tokenize_chat
+    from thub.backend import pretraining_blocks, processed_samples, tokenize_chat
 
     params = context.params
     data = context.data()  # the rows thub validated before the run (datasets and mixing applied)
@@ -32,7 +32,8 @@ def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> t
     if plan["data"]["mode"] == "pretraining":
         prepared = pretraining_blocks(rows, tokenizer, params["block_size"])
     elif rows and "input_ids" in rows[0]:
-        prepared = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows]
+        # already tokenized rows under the run's overlong policy, as thub validated them
+        prepared, _origin = processed_samples(rows, params["max_seq_len"], params["overlong"], locations)
     else:
         # thub's own masking: correct for any chat template, overlong samples counted, not hidden
         prepared, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=params["unmask_messages"],
