@@ -31,6 +31,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("estimate", "thub.cli.estimate:estimate",
                 "Memory per GPU before a run: thub estimate ALGORITHM --model-path PATH [--gpus N] "
                 "[--PARAM VALUE ...]."),
+    CommandSpec("compare", "thub.cli.compare:compare",
+                "Run one config on two or more backends for a few steps and show what differs, side by side."),
     CommandSpec("plot", "thub.cli.plot:plot",
                 "Plot loss (or reward, or any metric) against the step for one or more runs."),
     CommandSpec("history", "thub.cli.history:history", "Run history: list runs under a directory, show one, diff two."),
