@@ -235,3 +235,62 @@ def test_training_hubs_grpo_defaults_apply_on_its_backends(captured: list[Any], 
     assert captured[-1].values()["prompt_batch_size"] == 4  # never over a THUB_* variable
     thub.lora_grpo("m", str(tmp_path), prompts, backend="trl", max_steps=2)
     assert not any(s.startswith("training-hub default") for s in captured[-1].sources.values())  # not its backend
+
+
+def _verl_overrides(values: dict[str, Any]) -> dict[str, str]:
+    plan = get_registry().translate("grpo", "verl", values)
+    return dict(item.split("=", 1) for item in plan["overrides"])
+
+
+@pytest.mark.needs_backend("verl")
+def test_use_dr_grpo_false_is_grpo_with_kl_as_on_training_hubs_verl(captured: list[Any], tmp_path: Path) -> None:
+    """Training Hub's verl backend: use_dr_grpo=False adds use_kl_loss, kl_loss_coef 0.01, low_var_kl
+    (lora_grpo_verl.py); thub's default GRPO has no KL term, so the call gets beta 0.01, said in its source."""
+    prompts = str(ROOT / "examples" / "data" / "grpo.jsonl")
+    thub.grpo("m", str(tmp_path), prompts, backend="verl", use_dr_grpo=False)
+    values, sources = captured[-1].values(), captured[-1].sources
+    assert values["beta"] == rules.DR_GRPO_OFF_KL == 0.01 and "use_dr_grpo=False" in sources["beta"]
+    o = _verl_overrides(values)
+    assert (o["actor_rollout_ref.actor.use_kl_loss"], o["actor_rollout_ref.actor.kl_loss_coef"],
+            o["actor_rollout_ref.actor.kl_loss_type"]) == ("true", "0.01", "low_var_kl")
+    assert "algorithm.norm_adv_by_std_in_grpo" not in o  # standard GRPO: verl's std normalisation
+    thub.grpo("m", str(tmp_path), prompts, backend="verl", use_dr_grpo=False, beta=0.05)
+    assert captured[-1].values()["beta"] == 0.05  # the caller's own coefficient wins
+    thub.grpo("m", str(tmp_path), prompts, backend="verl")  # Training Hub's default: Dr. GRPO, no KL
+    assert captured[-1].values()["beta"] is None
+    assert _verl_overrides(captured[-1].values())["actor_rollout_ref.actor.use_kl_loss"] == "false"
+
+
+@pytest.mark.needs_backend("verl")
+def test_training_hubs_grpo_reward_default_is_tool_call_on_verl(captured: list[Any], tmp_path: Path) -> None:
+    """lora_grpo_verl.py: reward_type defaults to 'tool_call'; thub's own default is math."""
+    prompts = str(ROOT / "examples" / "data" / "grpo.jsonl")
+    thub.grpo("m", str(tmp_path), prompts, backend="verl")
+    assert captured[-1].values()["reward"] == ["tool_call"]
+    assert captured[-1].sources["reward"] == "training-hub default reward_type='tool_call' (grpo on verl)"
+    thub.grpo("m", str(tmp_path), prompts, backend="verl", reward_type="math")
+    assert captured[-1].values()["reward"] == ["math"]
+    thub.grpo("m", str(tmp_path), prompts, backend="trl", max_steps=2)
+    assert captured[-1].values()["reward"] == ["math"]  # not Training Hub's backend: thub's default
+
+
+@pytest.mark.needs_backend("mini-trainer")
+def test_osft_max_steps_means_what_training_hub_does(captured: list[Any], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training Hub's osft passes max_steps to mini-trainer, which ignores it unless training_mode='step'
+    (it trains full epochs): thub refuses max_steps without training_mode='step', and takes the mode."""
+    monkeypatch.setattr("thub.selection.cuda_visible", lambda: True)
+    args = ("m", DATA, 0.25, 16, 4096, 1024, 5e-6, str(tmp_path))
+    with pytest.raises(UsageError, match="max_steps.*training_mode='step'.*full epochs"):
+        thub.osft(*args, max_steps=5)
+    with pytest.raises(UsageError, match="max_steps.*training_mode='step'.*full epochs"):
+        thub.osft(*args, max_steps=5, training_mode="epoch")
+    with pytest.raises(UsageError, match="training_mode='token'"):
+        thub.osft(*args, training_mode="token")
+    thub.osft(*args, max_steps=5, training_mode="step")
+    values = captured[-1].values()
+    assert values["max_steps"] == 5
+    plan = get_registry().translate("osft", "mini-trainer", values)
+    assert (plan["training_args"]["training_mode"], plan["training_args"]["max_steps"]) == ("step", 5)
+    thub.osft(*args, training_mode="epoch", num_epochs=2)
+    assert captured[-1].values()["max_steps"] is None and captured[-1].values()["num_epochs"] == 2

@@ -113,6 +113,7 @@ def _training_hub_run(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, A
 
     params = training_hub.bind(algorithm, args, kwargs)
     training_hub.check_data_path(algorithm, params.get("data_path"))
+    training_hub.check_meanings(algorithm, params)
     backend, config = params.pop("backend", None), params.pop("config", None)
     reason = None
     if backend is None and config is None:

@@ -14,10 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from thub.compat.training_hub_rules import (
+    BACKEND_KWARG_DEFAULTS,
     BACKEND_READS,
     DEFAULT_BACKEND,
+    DR_GRPO_OFF_KL,
     FUNCTIONS,
     HUB_DATA_REFUSAL,
+    OSFT_MAX_STEPS,
     RULES,
     SIGNATURE_DEFAULTS,
     SIGNATURES,
@@ -185,16 +188,31 @@ def signature_defaults(registry: Any, algorithm: str, backend: str | None, param
     honoured = spec.honours(algorithm)
     fields = registry.algorithm(algorithm).load_parameters().model_fields
     sources = {}
-    for name in sorted(BACKEND_READS.get(spec.name, frozenset()) & set(defaults)):
+    read = BACKEND_READS.get(spec.name, frozenset()) & set(defaults)
+    applied = {name: defaults[name] for name in read} | BACKEND_KWARG_DEFAULTS.get(spec.name, {})
+    for name, value in sorted(applied.items()):
         rule = rule_for(name, fields)
         target = name if rule is None or rule.kind == "same" else rule.thub
         if name in params or target in params or f"THUB_{target.upper()}" in environ or target not in fields:
             continue
         if target not in honoured and not (name == "num_iterations" and spec.name == "verl"):
             continue
-        params[target] = defaults[name]
-        sources[target] = f"training-hub default {name}={defaults[name]!r} ({algorithm} on {spec.name})"
+        params.update(rule.convert(value, params) if rule and rule.kind == "mapped" and rule.convert
+                      else {target: value})
+        sources[target] = f"training-hub default {name}={value!r} ({algorithm} on {spec.name})"
+    if spec.name == "verl" and params.get("use_dr_grpo") is False and params.get("beta") is None \
+            and "THUB_BETA" not in environ:
+        params["beta"] = DR_GRPO_OFF_KL
+        sources["beta"] = (f"training-hub use_dr_grpo=False on verl: GRPO with a KL loss (kl_loss_coef "
+                           f"{DR_GRPO_OFF_KL}, low_var_kl)")
     return sources
+
+
+def check_meanings(algorithm: str, params: Mapping[str, Any]) -> None:
+    """Training Hub calls whose thub meaning would differ from Training Hub's, refused with the reason
+    (the per-keyword ones are in the rules table; this one needs the absence of a keyword)."""
+    if algorithm == "osft" and params.get("max_steps") is not None and params.get("training_mode") is None:
+        raise UsageError(f"api max_steps={params['max_steps']!r}: {OSFT_MAX_STEPS}")
 
 
 def verl_epochs(registry: Any, algorithm: str, backend: str | None, params: dict[str, Any]) -> dict[str, str]:

@@ -125,6 +125,16 @@ BACKEND_READS: dict[str, frozenset[str]] = {
                       "max_tokens", "concurrency", "lora_r", "lora_alpha", "max_grad_norm",
                       "gpu_memory_utilization", "enforce_eager"}),
 }
+# ``**kwargs`` defaults a Training Hub backend applies itself (``algorithm_params.get(name, default)``):
+# its verl backend scores with its tool_call reward unless told otherwise (lora_grpo_verl.py).
+BACKEND_KWARG_DEFAULTS: dict[str, dict[str, Any]] = {"verl": {"reward_type": "tool_call"}}
+# use_dr_grpo=False on Training Hub's verl backend is GRPO with a KL loss: use_kl_loss=True,
+# kl_loss_coef=0.01, kl_loss_type=low_var_kl (lora_grpo_verl.py); thub's beta (verl: kl_loss_coef,
+# low_var_kl) gives the same.
+DR_GRPO_OFF_KL = 0.01
+OSFT_MAX_STEPS = ("Training Hub's osft passes max_steps to mini-trainer, which ignores it unless training_mode='step' "
+                  "(it trains full epochs): add training_mode='step' to stop after max_steps, or leave max_steps out "
+                  "to train num_epochs as Training Hub did")
 # TrainingHubCallback's hooks, in call order within a run.
 CALLBACK_HOOKS = ("on_train_begin", "on_epoch_begin", "on_step_begin", "on_log", "on_evaluate", "on_save",
                   "on_step_end", "on_epoch_end", "on_train_end")
@@ -214,6 +224,20 @@ def _rollout(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
     return {"rollout_function": import_string(value)}
 
 
+def _training_mode(value: Any, others: Mapping[str, Any]) -> dict[str, Any]:
+    mode = str(getattr(value, "value", value)).lower()  # mini-trainer's TrainingMode enum, or its string
+    if mode == "step":
+        if others.get("max_steps") is None:
+            raise ValueError("training_mode='step' stops after max_steps: set max_steps")
+        return {}
+    if mode == "epoch":
+        if others.get("max_steps") is not None:
+            raise ValueError(OSFT_MAX_STEPS)
+        return {}
+    raise ValueError("thub trains by epochs (num_epochs) or steps (training_mode='step' with max_steps); token and "
+                     "infinite budgets are not offered")
+
+
 def _rdzv_id(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
     return {"rdzv_id": str(value) if isinstance(value, int) and not isinstance(value, bool) else value}
 
@@ -291,7 +315,9 @@ RULES: dict[str, Rule] = {
     "save_dtype": refuse(_MT_DTYPE),
     "train_dtype": refuse(_MT_DTYPE),
     "min_samples_per_checkpoint": refuse("checkpoint by steps or epochs: save_steps or checkpoint_at_epoch"),
-    "training_mode": refuse("thub sets mini-trainer's training mode from num_epochs or max_steps"),
+    "training_mode": Rule("fixed", "'step' with max_steps: stop after max_steps; 'epoch': train num_epochs, as "
+                                   "mini-trainer does (thub sets its training mode from max_steps)",
+                          convert=_training_mode),
     "max_tokens": refuse("token-budget training is not offered: use max_steps or num_epochs"),
     "validation_data_path": refuse(_VALIDATION + ": merge the files and set validation_split"),
     "validate_at_epoch": refuse(_VALIDATION),
