@@ -53,7 +53,7 @@ def test_compare_two_backends_names_the_first_difference_and_why(twin: str, demo
     first = document["first_difference"]
     assert first["quantity"] == "learning_rate" and first["text"].startswith("learning_rate at step 1: trl ")
     assert f"{twin}: its default learning rate is 1e-4" in first["why"]
-    assert f"backend {twin}" in first["why"]  # where the twin's value came from
+    assert f"learning_rate is 2e-05 (backend trl) on trl, 0.0001 (backend {twin}) on {twin}" in first["why"]
     # the same model and batch before any update: the first-step loss agrees within the tolerance
     assert not any(d["quantity"] in ("examples", "masks", "loss") for d in document["differences"])
     assert trl["steps"][0]["loss"] == pytest.approx(other["steps"][0]["loss"], rel=LOSS_TOLERANCE)
@@ -133,3 +133,11 @@ def test_table_is_side_by_side_per_backend(recorded: Path, tmp_path: Path) -> No
     assert rows[0] == ["", "trl", "other"]
     assert rows[labels.index("masks")][1:] == ["reference, as validated", "DIFFER from trl, as validated"]
     assert text.splitlines()[0].split() == ["trl", "other"]
+
+
+def test_a_failed_run_is_named_and_left_out_of_the_other_comparisons(recorded: Path, tmp_path: Path) -> None:
+    b = tmp_path / "b"
+    shutil.copytree(recorded, b)
+    _edit(b / "result.json", lambda result: {**result, "status": "failed", "error": "boom"})
+    found = differences([backend_record("a", recorded), backend_record("b", b)], {})
+    assert found == [{"quantity": "status", "backends": ["b"], "text": "b failed: boom", "why": None}]

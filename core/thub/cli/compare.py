@@ -104,8 +104,7 @@ def compare_backends(algorithm: str, backends: list[str], *, config: str | None,
         run_training(r, overwrite=True, command_line=["thub", *sys.argv[1:]], quiet_json=as_json)
     records = [backend_record(b, root / b) for b in backends]
     known = {b: dict(registry.backends[b].known_differences) for b in backends}
-    sources = {b: {k: v["source"] for k, v in ((read_json(root / b / "thub_run.json") or {}).get("parameters")
-                                               or {}).items()} for b in backends}
+    sources = {b: (read_json(root / b / "thub_run.json") or {}).get("parameters") or {} for b in backends}
     found = differences(records, known, sources)
     for item in found:
         if item["quantity"] == "masks":

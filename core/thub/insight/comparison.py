@@ -7,6 +7,7 @@ tested on recorded runs without a training library.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -72,13 +73,14 @@ def _step_value(record: Mapping[str, Any], index: int, key: str) -> Any:
 
 
 def differences(records: Sequence[Mapping[str, Any]], known: Mapping[str, Mapping[str, str]],
-                sources: Mapping[str, Mapping[str, str]] | None = None) -> list[dict[str, Any]]:
+                sources: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Everything that differs between the backends' records, in :data:`QUANTITIES` order, each
     with the backends it concerns, one line of text and ``why`` when thub knows (the library's
     own reason, the backend's declared ``known_differences``, where a parameter's value came from).
 
     ``known``: backend -> its declared known differences; ``sources``: backend -> parameter ->
-    where its value came from (``thub_run.json``).
+    ``{"value", "source"}`` as ``thub_run.json`` records them. A failed run is named as such and
+    left out of the other comparisons.
     """
     found: list[dict[str, Any]] = []
     names = [r["backend"] for r in records]
@@ -90,13 +92,18 @@ def differences(records: Sequence[Mapping[str, Any]], known: Mapping[str, Mappin
         found.append({"quantity": quantity, "backends": concerned, "text": text, "why": "; ".join(reasons) or None})
 
     def where_from(param: str) -> str | None:
-        values = {b: sources.get(b, {}).get(param) for b in names}
-        return (f"{param} from " + ", ".join(f"{v} ({b})" for b, v in values.items())
-                if len(set(values.values())) > 1 else None)
+        given = {b: sources.get(b, {}).get(param) or {} for b in names}
+        if len({json.dumps(v.get("value"), sort_keys=True, default=str) for v in given.values()}) < 2:
+            return None
+        return f"{param} is " + ", ".join(f"{v.get('value')} ({v.get('source')}) on {b}" for b, v in given.items())
 
     failed = [r for r in records if r["status"] != "succeeded"]
     for r in failed:
         add("status", [r["backend"]], f"{r['backend']} {r['status']}: {r.get('error') or 'see ' + r['run_dir']}", [])
+    records = [r for r in records if r["status"] == "succeeded"]  # the rest is compared between runs that ran
+    names = [r["backend"] for r in records]
+    if len(records) < 2:
+        return found
     if len({r["examples"] for r in records}) > 1:
         add("examples", names, "examples: " + ", ".join(f"{r['backend']} {r['examples']}" for r in records),
             [_thub_view(r) for r in records if r["as_validated"] is False])
