@@ -226,6 +226,19 @@ def _assert_commands(fixes: dict[str, str]) -> None:
         f"{where}:\n    " + "\n    ".join(problems) for where, problems in bad.items())
 
 
+def _assert_one_install_command_per_backend(fixes: dict[str, str]) -> None:
+    """One report, one fix per problem: every check that says how to install backend X says the
+    same `thub install X ...` command."""
+    commands: dict[str, set[str]] = {}
+    for fix in fixes.values():
+        for line in fix.splitlines():
+            command = line.split("#")[0].strip()
+            if command.startswith("thub install "):
+                commands.setdefault(command.split()[2], set()).add(command)
+    assert commands, fixes
+    assert all(len(found) == 1 for found in commands.values()), commands
+
+
 def test_every_backend_install_hint_is_the_thub_install_command(thub_registry) -> None:  # type: ignore[no-untyped-def]
     """Each installed backend's BackendSpec.install: a command that exists, and for a backend
     `thub install` knows, the `thub install NAME` it would run (no hand-made venv, no index)."""
@@ -251,6 +264,7 @@ def test_every_fix_any_check_gives_is_a_command_that_exists(thub_registry, tmp_p
     from thub.manager import PluginFailure
 
     fixes = _all_fixes(thub_registry, slow=True)
+    _assert_one_install_command_per_backend(fixes)
     # a GPU machine: two H100s, one held by another process, no uv on PATH
     monkeypatch.setenv("PATH", _tool_dir(tmp_path / "gpu", FAKE_SMI))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

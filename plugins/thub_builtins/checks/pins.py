@@ -135,10 +135,15 @@ def owner_install(distribution: str, into: str = "managed") -> str:
 
 
 def managed_install(backend: BackendSpec) -> str:
-    """``thub install NAME --into managed ...`` for ``backend`` (catalog name, else its distribution)."""
+    """``thub install NAME --into managed ...`` for ``backend``: its own install hint when that is
+    such a line (one command per problem: the backend's other checks print the same), else the
+    catalog's command for this machine, else one for its distribution."""
     from thub.envs.catalog import catalog_entry
     from thub.selection import cuda_visible
 
+    hint = (backend.install or "").split("#")[0].strip()
+    if hint.startswith("thub install ") and "--into managed" in hint and "\n" not in hint:
+        return hint
     entry = catalog_entry(backend.name)
     if entry is not None:
         return entry.install_command(into="managed", gpu=cuda_visible())
