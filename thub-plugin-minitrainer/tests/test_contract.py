@@ -216,6 +216,12 @@ def test_registers_and_translates_without_mini_trainer(tmp_path: Path) -> None:
                 raise md.PackageNotFoundError(name)
             return real(name)
         md.version = version
+        # thub reads metadata once per process (thub.installed): hide the distribution there too
+        from thub import installed
+        hidden = lambda name: name.lower().replace("_", "-") == "rhai-innovation-mini-trainer"
+        for attr in ("version", "distribution"):
+            real_attr = getattr(installed, attr)
+            setattr(installed, attr, lambda name, real_attr=real_attr: None if hidden(name) else real_attr(name))
 
         from thub.manager import load_registry
         from thub.config.resolve import resolve
