@@ -103,7 +103,7 @@ def test_sft_trainer_trains_the_template_marked_tokens(data: str, unmask: bool, 
              "max_seq_len": edge_cases_max_seq_len, "unmask_messages": unmask}
     params = resolve(registry, "sft", backend="trl", flags=flags, environ={}).values()
     plan = registry.translate("sft", "trl", params)
-    tokenizer = _load_tokenizer(params)
+    tokenizer = _load_tokenizer(plan)
     train, _ = _sft_dataset(RunContext("sft", "trl", params, RunDirectory(tmp_path / "run")), plan, tokenizer)
     trainer = trl.SFTTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model), processing_class=tokenizer,
                              args=trl.SFTConfig(**plan["config"]), train_dataset=train)

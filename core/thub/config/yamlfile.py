@@ -1,5 +1,5 @@
-"""Reading a user's YAML file safely: a size limit before parsing, repeated keys refused, and
-errors that carry the file and line. Used for ``--config`` files and cluster profile files."""
+"""Reading a user's YAML file safely: a size limit before parsing, repeated keys and alias bombs
+refused, and errors that carry the file and line. Used for ``--config`` files and cluster profile files."""
 
 from __future__ import annotations
 
@@ -15,35 +15,75 @@ from thub.errors import UsageError
 MAX_YAML_BYTES = 10 * 1024 * 1024
 
 
-def duplicate_key(node: yaml.Node) -> tuple[str, int, int] | None:
-    """The first key repeated in any mapping under ``node``: (key, first line, repeated line).
+#: The most values a file may expand to through its aliases (``&a`` ... ``*a``): a few aliases
+#: are fine, but nine levels of nine make 387 million values from 400 bytes (a YAML "billion
+#: laughs"), which a dry run would print and every layer would copy.
+MAX_YAML_VALUES = 1_000_000
 
-    PyYAML keeps the last value silently; a repeated key is almost always an edit mistake.
-    """
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    """The nodes directly under ``node`` (a mapping's keys and values, a sequence's items)."""
     if isinstance(node, yaml.MappingNode):
-        seen: dict[str, int] = {}
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                line = key.start_mark.line + 1
-                if key.value in seen:
-                    return key.value, seen[key.value], line
-                seen[key.value] = line
-            found = duplicate_key(value)
-            if found:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            found = duplicate_key(item)
-            if found:
-                return found
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _repeated_key(node: yaml.Node) -> tuple[str, int, int] | None:
+    """A key repeated in the mapping ``node`` itself: (key, first line, repeated line)."""
+    seen: dict[str, int] = {}
+    for key, _value in node.value if isinstance(node, yaml.MappingNode) else ():
+        if isinstance(key, yaml.ScalarNode):
+            line = key.start_mark.line + 1
+            if key.value in seen:
+                return key.value, seen[key.value], line
+            seen[key.value] = line
     return None
+
+
+def check_tree(root: yaml.Node, where: str, what: str = "config file") -> None:
+    """Refuse a repeated key in any mapping under ``root`` (PyYAML keeps the last value silently;
+    a repeated key is almost always an edit mistake), a recursive alias, and a tree whose aliases
+    expand it to more than :data:`MAX_YAML_VALUES` values.
+
+    One walk, without recursion, that visits each node once, however many aliases point at it
+    (the expanded size of a node is memoised). ``where`` names the file in the errors.
+    """
+    expanded: dict[int, int] = {}  # node id -> values it expands to (itself included)
+    on_path: set[int] = set()  # the nodes being expanded: meeting one again is a loop
+    stack: list[tuple[yaml.Node, list[yaml.Node] | None]] = [(root, None)]
+    while stack:
+        node, kids = stack.pop()
+        key = id(node)
+        if kids is not None:  # every child is done: this node's size is known
+            on_path.discard(key)
+            size = expanded[key] = 1 + sum(expanded[id(kid)] for kid in kids)
+            if size > MAX_YAML_VALUES:
+                raise UsageError(f"{where}:{node.start_mark.line + 1}: aliases expand this {what} to more than "
+                                 f"{MAX_YAML_VALUES:,} values (a YAML alias bomb?); write the values out")
+            continue
+        if key in expanded:
+            continue  # another alias of a node already walked
+        if key in on_path:
+            raise UsageError(f"{where}:{node.start_mark.line + 1}: a recursive alias (the value contains "
+                             "itself); write the value out")
+        repeated = _repeated_key(node)
+        if repeated:
+            name, first, again = repeated
+            raise UsageError(f"{where}:{again}: duplicate key {name!r} (first at line {first}); keep one")
+        children = _children(node)
+        on_path.add(key)
+        stack.append((node, children))
+        stack.extend((kid, None) for kid in reversed(children))  # document order: the first problem first
 
 
 def load_yaml(path: str | Path, what: str = "config file") -> tuple[Any, yaml.Node | None]:
     """``(value, node)`` of the YAML file at ``path`` (``node``: its composed tree, for lines).
 
     Raises :class:`UsageError` (exit 2) naming the file (and line): unreadable, over
-    :data:`MAX_YAML_BYTES`, not UTF-8, invalid YAML, or a key repeated in a mapping.
+    :data:`MAX_YAML_BYTES`, not UTF-8, invalid YAML, a key repeated in a mapping, a
+    recursive alias or aliases that expand it past :data:`MAX_YAML_VALUES` (:func:`check_tree`).
     """
     path = Path(path)
     try:
@@ -60,10 +100,8 @@ def load_yaml(path: str | Path, what: str = "config file") -> tuple[Any, yaml.No
         loader = yaml.SafeLoader(text)  # parsed once: the tree (for lines and keys), then its values
         try:
             node = loader.get_single_node()
-            duplicate = duplicate_key(node) if node is not None else None
-            if duplicate:
-                key, first, again = duplicate
-                raise UsageError(f"{path}:{again}: duplicate key {key!r} (first at line {first}); keep one")
+            if node is not None:
+                check_tree(node, str(path), what)  # before any value is built from it
             return (loader.construct_document(node) if node is not None else None), node
         finally:
             loader.dispose()
