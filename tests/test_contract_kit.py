@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,3 +164,40 @@ def test_writing_plugins_documents_every_sdk_name() -> None:
     text = (Path(__file__).parents[1] / "docs" / "writing-plugins.md").read_text()
     missing = [name for name in thub.backend.__all__ if f"`{name}`" not in text]
     assert not missing, f"docs/writing-plugins.md does not document {missing}"
+
+
+def test_honoured_means_used_passes_a_real_plugin_and_fails_a_deleted_effect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The differential test: trl's translation passes; the same translation with validation_frequency's
+    effect deleted (eval_steps no longer set, as llamafactory's once was) fails on validation_frequency,
+    although read_elsewhere declares it (no exemption from "changing it must change the plan")."""
+    from thub.manager import Registry
+
+    kit = _Trl()
+    kit.test_every_honoured_parameter_changes_the_native_configuration()
+    real = Registry.translate
+
+    def without_eval_steps(self: Registry, algorithm: str, backend: str, params: Any) -> Any:
+        native = real(self, algorithm, backend, params)
+        native["config"].pop("eval_steps", None)
+        return native
+
+    monkeypatch.setattr(Registry, "translate", without_eval_steps)
+    kit.read_elsewhere = frozenset({"validation_frequency"})
+    with pytest.raises(AssertionError) as failure:
+        kit.test_every_honoured_parameter_changes_the_native_configuration()
+    lines = [line.strip() for line in str(failure.value).splitlines()[1:] if line.startswith("  ")]
+    assert [line.split(":")[:2] for line in lines] == [["sft", " validation_frequency"],
+                                                        ["lora_sft", " validation_frequency"]]
+    assert "changes nothing in the native configuration" in lines[0]
+
+
+def test_differential_values_come_from_the_field_and_respect_its_bounds() -> None:
+    from thub.testing.differential import candidate_values
+    from thub_builtins.params import SFTParams
+
+    fields = SFTParams.model_fields
+    assert candidate_values("overlong", fields["overlong"]) == ["truncate", "drop", "error"]
+    assert candidate_values("packing", fields["packing"]) == [True, False]
+    assert all(0 <= v < 1 for v in candidate_values("validation_split", fields["validation_split"]))
+    assert 0 not in candidate_values("save_steps", fields["save_steps"])  # ge=1
+    assert candidate_values("save_steps", fields["save_steps"], {"save_steps": (10, 20)}) == [10, 20]

@@ -48,6 +48,7 @@ class TestArtContract(BackendContract):
     plugin_module = "thub_plugin_art"
     readme = Path(__file__).parents[1] / "README.md"
     samples = {"lora_grpo": {**BASE, "group_size": 4, "lora_r": 32, "reward": ["math"]}}
+    read_samples = [("lora_grpo", {**BASE, "group_size": 4})]  # rollout mode: no reward beside rollout_function
     checks = frozenset({"art.module-collision", "art.single-gpu", "art.vllm-runtime"})
     # rollout mode: the tasks are the user's own rows, handed to the rollout function as they are
     reads_data_path = frozenset({"load_tasks"})

@@ -43,6 +43,7 @@ class TestInstructlabContract(BackendContract):
     plugin_module = "thub_plugin_instructlab"
     readme = Path(__file__).parents[1] / "README.md"
     samples = {"sft": {**BASE, "learning_rate": 1e-5, "is_pretraining": True, "block_size": 128}}
+    read_samples = [("sft", BASE)]  # chat: where unmask_messages applies
     checks = frozenset({"instructlab.flash-attn", "instructlab.short-samples"})
 
 

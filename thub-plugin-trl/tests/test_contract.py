@@ -34,9 +34,8 @@ class TestTrlContract(BackendContract):
              "bnb_4bit_use_double_quant": True}
     read_samples = [("sft", {**BASE, **_MORE}), ("lora_sft", {**BASE, **_MORE, **_4BIT}),
                     ("grpo", {**BASE, **_TRACK}), ("lora_grpo", {**BASE, **_TRACK, **_4BIT})]
-    # read by the runner: the data (context.data(), tokenize_chat), the model load, the final save
-    read_elsewhere = frozenset({"datasets", "mix_strategy", "mix_probabilities", "document_column_name", "overlong",
-                                "trust_remote_code", "save_final_checkpoint"})
+    # applied by core's context.data() for every backend
+    read_elsewhere = frozenset({"datasets", "mix_strategy", "mix_probabilities", "document_column_name"})
     checks = frozenset()
 
 

@@ -182,6 +182,9 @@ class BackendContract:
     #: functions that may read ``params["data_path"]`` themselves (say why: e.g. files that are
     #: not thub training data); everything else gets the data from the run context
     reads_data_path: ClassVar[frozenset[str]] = frozenset()
+    #: values the differential test tries for a parameter (default: from its pydantic field;
+    #: :mod:`thub.testing.differential`), when those do not resolve or mean the same
+    differential_values: ClassVar[dict[str, tuple[Any, ...]]] = {}
 
     def registry(self) -> Registry:
         return load_registry()
@@ -227,6 +230,27 @@ class BackendContract:
                                 "configuration that sets them, or declare them in read_elsewhere)")
             foreign = sorted(read[algorithm] - set(honoured) - core)
             assert not foreign, f"{algorithm}: translate reads parameters the backend does not honour: {foreign}"
+
+    def test_every_honoured_parameter_changes_the_native_configuration(self) -> None:
+        """Honoured means used: two valid values of each honoured parameter give two native
+        configurations (``read_elsewhere`` is no exemption; core's own and core's data settings
+        are: :mod:`thub.testing.differential`)."""
+        from thub.config.resolve import resolve
+        from thub.testing.differential import unchanged_parameters
+
+        registry = self.registry()
+        spec = registry.backends[self.backend]
+
+        def translate(algorithm: str, flags: dict[str, Any]) -> tuple[Any, set[str]]:
+            resolved = resolve(registry, algorithm, backend=self.backend, flags=flags, environ={})
+            params = RecordingParams(resolved.values())
+            return registry.translate(algorithm, self.backend, params), params.read
+
+        problems = unchanged_parameters(
+            translate, lambda algorithm: registry.algorithm(algorithm).load_parameters().model_fields,
+            spec.algorithms, [*self.samples.items(), *self.read_samples],
+            lambda algorithm: self._consumed_by_core(registry, algorithm), self.differential_values)
+        assert not problems, "honoured parameters that change nothing:\n  " + "\n  ".join(problems)
 
     def test_imports_only_the_backend_sdk(self) -> None:
         """The plugin's code imports thub through :mod:`thub.backend` only (tests: also

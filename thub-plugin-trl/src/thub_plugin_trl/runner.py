@@ -12,10 +12,11 @@ from thub.backend import RunContext, metrics_callback, with_legacy_logging_dir
 from thub_plugin_trl.translate import translate
 
 
-def _load_tokenizer(params: dict[str, Any]) -> Any:
+def _load_tokenizer(plan: dict[str, Any]) -> Any:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(params["model_path"], trust_remote_code=params["trust_remote_code"])
+    model = plan["model"]
+    tokenizer = AutoTokenizer.from_pretrained(model["path"], trust_remote_code=model["trust_remote_code"])
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -33,11 +34,11 @@ def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> t
         prepared = pretraining_blocks(rows, tokenizer, params["block_size"])
     elif rows and "input_ids" in rows[0]:
         # already tokenized rows under the run's overlong policy, as thub validated them
-        prepared, _origin = processed_samples(rows, params["max_seq_len"], params["overlong"], locations)
+        prepared, _origin = processed_samples(rows, params["max_seq_len"], plan["data"]["overlong"], locations)
     else:
         # thub's own masking: correct for any chat template, overlong samples counted, not hidden
         prepared, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=params["unmask_messages"],
-                                        overlong=params["overlong"], locations=locations)
+                                        overlong=plan["data"]["overlong"], locations=locations)
         print(f"thub: prepared {len(prepared)} of {len(rows)} samples", flush=True)
         for warning in stats.warnings():
             print(f"thub: WARNING: {warning}", flush=True)
@@ -76,8 +77,8 @@ def load_rewards(names: list[str]) -> list[Any]:
     return functions
 
 
-def _model_kwargs(params: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"trust_remote_code": params["trust_remote_code"]}
+def _model_kwargs(plan: dict[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"trust_remote_code": plan["model"]["trust_remote_code"]}
     if plan.get("quantization"):
         from transformers import BitsAndBytesConfig
 
@@ -85,9 +86,9 @@ def _model_kwargs(params: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any
     return kwargs
 
 
-def save_merged(params: dict[str, Any], adapter_dir: str, merged_dir: str, tokenizer: Any) -> None:
-    """The base model in 16 bits with the adapter in ``adapter_dir`` merged in (peft's
-    ``merge_and_unload``), saved with the tokenizer to ``merged_dir``.
+def save_merged(model: dict[str, Any], adapter_dir: str, merged_dir: str, tokenizer: Any) -> None:
+    """The base model (``model``: the plan's path and trust_remote_code) in 16 bits with the adapter
+    in ``adapter_dir`` merged in (peft's ``merge_and_unload``), saved with the tokenizer to ``merged_dir``.
 
     The base is loaded afresh, unquantised, on the CPU: a QLoRA adapter is merged into the
     16-bit weights, and the trained model on the GPU is left as it is.
@@ -96,11 +97,11 @@ def save_merged(params: dict[str, Any], adapter_dir: str, merged_dir: str, token
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(params["model_path"], trust_remote_code=params["trust_remote_code"])
+    config = AutoConfig.from_pretrained(model["path"], trust_remote_code=model["trust_remote_code"])
     stored = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "")
     dtype = torch.float16 if stored.endswith("float16") and "bfloat16" not in stored else torch.bfloat16
-    base = AutoModelForCausalLM.from_pretrained(params["model_path"], dtype=dtype,
-                                                trust_remote_code=params["trust_remote_code"])
+    base = AutoModelForCausalLM.from_pretrained(model["path"], dtype=dtype,
+                                                trust_remote_code=model["trust_remote_code"])
     merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
     merged.save_pretrained(merged_dir)
     tokenizer.save_pretrained(merged_dir)
@@ -126,8 +127,8 @@ def run(context: RunContext) -> dict[str, Any]:
     params = context.params
     plan = translate(context.algorithm, params)
     os.environ.update(plan["environment"])
-    tokenizer = _load_tokenizer(params)
-    model = AutoModelForCausalLM.from_pretrained(params["model_path"], **_model_kwargs(params, plan))
+    tokenizer = _load_tokenizer(plan)
+    model = AutoModelForCausalLM.from_pretrained(plan["model"]["path"], **_model_kwargs(plan))
     peft_config = None
     if plan["peft"]:
         from peft import LoraConfig
@@ -149,13 +150,13 @@ def run(context: RunContext) -> dict[str, Any]:
         latest = context.run_dir.latest_checkpoint()
         return {"interrupted": True, "final_checkpoint": str(latest[0]) if latest else None}
     final = None
-    if params["save_final_checkpoint"] and trainer.is_world_process_zero():
+    if plan["save_final_checkpoint"] and trainer.is_world_process_zero():
         final = str(context.run_dir.path / "final")
         trainer.save_model(final)  # a PEFT model saves its adapter only
         tokenizer.save_pretrained(final)
         context.checkpoint(final, trainer.state.global_step)
         if plan["merged"]:
-            save_merged(params, final, plan["merged"]["dir"], tokenizer)
+            save_merged(plan["model"], final, plan["merged"]["dir"], tokenizer)
     summary = {k: v for k, v in output.metrics.items() if isinstance(v, (int, float))}
     summary["global_step"] = trainer.state.global_step
     if final and plan["merged"]:

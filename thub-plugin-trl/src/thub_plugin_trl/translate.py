@@ -112,7 +112,10 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     plan: dict[str, Any] = {"trainer": None, "config_class": None, "config": config,
                             "peft": _peft(params) if lora else None,
                             "quantization": _quantization(params) if lora else None,
-                            "world_size": world, "environment": report_settings(params)[1], "merged": None}
+                            "world_size": world, "environment": report_settings(params)[1], "merged": None,
+                            # read by the runner from here, so the plan shows what is used
+                            "model": {"path": params["model_path"], "trust_remote_code": params["trust_remote_code"]},
+                            "save_final_checkpoint": params["save_final_checkpoint"]}
     if algorithm in ("sft", "lora_sft"):
         micro, accumulation = split_batch(params["effective_batch_size"], world, MAX_MICRO_BATCH)
         pretraining = params.get("is_pretraining", False)
@@ -133,6 +136,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         plan.update({"trainer": "SFTTrainer", "config_class": "SFTConfig", "data": {
             "mode": "pretraining" if pretraining else "chat",
             "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else "assistant tokens",
+            "overlong": params["overlong"],
             "validation_split": params.get("validation_split") or 0.0,
         }})
     else:

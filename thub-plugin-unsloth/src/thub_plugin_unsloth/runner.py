@@ -109,7 +109,7 @@ def run(context: RunContext) -> dict[str, Any]:
         latest = context.run_dir.latest_checkpoint()
         return {"interrupted": True, "final_checkpoint": str(latest[0]) if latest else None}
     final = None
-    if params["save_final_checkpoint"]:
+    if plan["save_final_checkpoint"]:
         final = str(context.run_dir.path / "final")
         model.save_pretrained(final)  # the LoRA adapter (adapter_config.json + adapter_model.safetensors)
         tokenizer.save_pretrained(final)

@@ -139,6 +139,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             "validation_split": params.get("validation_split") or 0.0,
         },
         "environment": report_settings(params)[1],
+        "save_final_checkpoint": params["save_final_checkpoint"],  # the runner saves final/ when true
         # after the adapter: model.save_pretrained_merged(dir, tokenizer, save_method="merged_16bit")
         "merged": {"dir": f"{params['ckpt_output_dir']}/merged", "save_method": "merged_16bit"}
         if params.get("save_merged") else None,
