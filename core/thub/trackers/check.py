@@ -11,6 +11,7 @@ parent. Nothing is imported here: packages are found with ``importlib.util.find_
 
 from __future__ import annotations
 
+import base64
 import netrc
 import os
 import urllib.error
@@ -104,15 +105,41 @@ def _mlflow_problems(uri: str, python: str | None, environ: Mapping[str, str]) -
                                     _pip(python, "pip install " + " ".join(missing))))
         return problems
     if scheme in ("http", "https"):
-        try:
-            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=HTTP_TIMEOUT).close()
-        except urllib.error.HTTPError:
-            pass  # it answered: reachable (authentication is the server's business)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            return [Problem("mlflow", f"MLflow server {uri} is unreachable: {reason}",
-                            "start it (mlflow server --host 0.0.0.0 --port 5000) or fix mlflow_tracking_uri")]
+        return _http_problems(uri, parsed, environ)
     return []  # databricks, uc, ...: reached with the platform's own credentials
+
+
+def _http_problems(uri: str, parsed: urllib.parse.ParseResult, environ: Mapping[str, str]) -> list[Problem]:
+    """Whether the MLflow server answers ``/health``. Credentials in the URI (``user:pw@host``)
+    are sent as HTTP basic auth, as MLflow's client sends them (``requests`` takes them from the
+    URL), else ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``; they are never part of the host name."""
+    from thub.redact import redact_text
+
+    shown = redact_text(uri)
+    host = parsed.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parsed.port}" if parsed.port else "")
+    plain = urllib.parse.urlunparse(parsed._replace(netloc=netloc, query="", fragment=""))
+    request = urllib.request.Request(plain.rstrip("/") + "/health")
+    if parsed.username is not None:
+        user, password = urllib.parse.unquote(parsed.username), urllib.parse.unquote(parsed.password or "")
+    else:
+        user, password = environ.get("MLFLOW_TRACKING_USERNAME", ""), environ.get("MLFLOW_TRACKING_PASSWORD", "")
+    sent = bool(user or password)
+    if sent:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    try:
+        urllib.request.urlopen(request, timeout=HTTP_TIMEOUT).close()
+    except urllib.error.HTTPError as exc:
+        if sent and exc.code in (401, 403):
+            return [Problem("mlflow", f"MLflow server {shown} refused the credentials (HTTP {exc.code})",
+                            "fix the user and password in mlflow_tracking_uri (or MLFLOW_TRACKING_USERNAME/"
+                            "MLFLOW_TRACKING_PASSWORD)")]
+        # it answered: reachable (without credentials, authentication is the server's business)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = redact_text(str(getattr(exc, "reason", exc)))
+        return [Problem("mlflow", f"MLflow server {shown} is unreachable: {reason}",
+                        "start it (mlflow server --host 0.0.0.0 --port 5000) or fix mlflow_tracking_uri")]
+    return []
 
 
 def _wandb_key(environ: Mapping[str, str]) -> bool:
