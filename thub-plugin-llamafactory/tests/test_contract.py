@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from thub_plugin_llamafactory.runner import lf_rows
 
 from thub.config.resolve import resolve
 from thub.errors import UsageError
@@ -48,12 +47,15 @@ def test_sft_arguments() -> None:
     plan = _plan("sft", max_steps=5, save_steps=2, warmup_steps=1, weight_decay=0.1, beta1=0.8)
     args = plan["args"]
     assert (args["stage"], args["finetuning_type"], args["do_train"]) == ("sft", "full", True)
-    assert (args["dataset"], args["dataset_dir"], args["output_dir"]) == ("thub_train", "out/llamafactory",
-                                                                          "out/checkpoints")
+    assert (args["dataset"], args["tokenized_path"], args["output_dir"]) == ("thub_train", "out/llamafactory/tokenized",
+                                                                             "out/checkpoints")
+    # thub's decision on resuming, never LLaMA-Factory's get_last_checkpoint (the runner resumes explicitly)
+    assert args["overwrite_output_dir"] is True and "resume_from_checkpoint" not in args
     assert (args["max_steps"], args["save_strategy"], args["save_steps"]) == (5, "steps", 2)
     assert (args["warmup_steps"], args["weight_decay"], args["adam_beta1"]) == (1, 0.1, 0.8)
-    assert args["cutoff_len"] == 1024 and args["train_on_prompt"] is False
-    assert "template" not in args  # LLaMA-Factory parses the model's own chat template
+    # thub tokenizes (model's chat template, its masks); LLaMA-Factory's converter, template and packing are unused
+    assert args["cutoff_len"] == 1024 and args["packing"] is False
+    assert not {"template", "train_on_prompt", "dataset_dir", "val_size"} & set(args)
     assert args["disable_gradient_checkpointing"] is True
     # unset: LLaMA-Factory's own scheduler (its TrainingArguments' linear; test_training.py parses it)
     assert "lr_scheduler_type" not in args
@@ -62,9 +64,15 @@ def test_sft_arguments() -> None:
     assert _plan("sft", nproc_per_node=4, nnodes=2)["command"] == (
         "FORCE_TORCHRUN=1 NNODES=2 NPROC_PER_NODE=4 NODE_RANK=$NODE_RANK MASTER_ADDR=$MASTER_ADDR "
         "MASTER_PORT=$MASTER_PORT llamafactory-cli train out/llamafactory/train.yaml")
-    entry = plan["dataset_info"]["thub_train"]
-    assert entry["formatting"] == "sharegpt" and entry["file_name"] == "train.jsonl"
-    assert entry["tags"]["role_tag"] == "role" and entry["tags"]["assistant_tag"] == "assistant"
+    data = plan["data"]
+    assert (data["tokenized_by"], data["tokenized_path"], data["loss_on"]) == (
+        "thub", "out/llamafactory/tokenized", "assistant tokens (thub's mask; rows with unmask: every token)")
+    assert (data["max_seq_len"], data["overlong"], data["packing"], data["validation_split"]) == (
+        1024, "truncate", False, None)
+    assert "skips its own converter" in data["note"]
+    assert _plan("sft", unmask_messages=True)["data"]["loss_on"] == "all tokens"
+    valid = _plan("sft", validation_split=0.2, validation_frequency=5)
+    assert valid["data"]["validation_split"] == valid["args"]["val_size"] == 0.2 and valid["args"]["eval_steps"] == 5
 
 
 def test_lora_and_pretraining_arguments() -> None:
@@ -74,10 +82,12 @@ def test_lora_and_pretraining_arguments() -> None:
     assert (args["lora_target"], args["use_rslora"], args["use_dora"]) == ("q_proj,v_proj", True, False)
     assert _plan("lora_sft")["args"]["lora_target"] == "all"
     pre = _plan("sft", is_pretraining=True, block_size=64)
-    # LLaMA-Factory takes one off cutoff_len when packing: 65 gives blocks of 64 tokens
-    assert (pre["args"]["stage"], pre["args"]["cutoff_len"], pre["args"]["packing"]) == ("pt", 65, True)
-    assert _plan("sft", packing=True, max_seq_len=128)["args"]["cutoff_len"] == 129
-    assert pre["dataset_info"]["thub_train"] == {"columns": {"prompt": "text"}, "file_name": "train.jsonl"}
+    # thub's blocks (documents joined with EOS): LLaMA-Factory's own pt packing (BOS over each block's
+    # first token, cutoff_len - 1) is off
+    assert (pre["args"]["stage"], pre["args"]["cutoff_len"], pre["args"]["packing"]) == ("pt", 64, False)
+    assert (pre["data"]["mode"], pre["data"]["block_size"], pre["data"]["loss_on"]) == ("pretraining", 64, "all tokens")
+    packed = _plan("sft", packing=True, max_seq_len=128)
+    assert (packed["args"]["cutoff_len"], packed["args"]["packing"], packed["data"]["packing"]) == (128, False, True)
     assert "train_on_prompt" not in pre["args"]  # LLaMA-Factory rejects it outside sft
 
 
@@ -102,8 +112,7 @@ def test_batch_that_does_not_divide_is_an_error() -> None:
 
 
 def test_unhonoured_parameters_are_rejected() -> None:
-    with pytest.raises(UsageError, match="overlong"):
-        _plan("sft", overlong="drop")
+    assert _plan("sft", overlong="drop")["data"]["overlong"] == "drop"  # thub tokenizes: its policy applies
     with pytest.raises(UsageError, match="max_tokens_per_gpu"):
         _plan("sft", max_tokens_per_gpu=4096)
 
@@ -113,32 +122,6 @@ def test_loggers() -> None:
     assert plan["args"]["report_to"] == ["wandb", "tensorboard"]
     assert plan["args"]["run_name"] == "r"
     assert plan["environment"]["WANDB_PROJECT"] == "p"  # thub.runner.hf_trainer.report_settings, as for trl
-
-
-def test_rows_become_sharegpt_turns_and_tool_calls_function_calls() -> None:
-    rows = [{"messages": [
-        {"role": "system", "content": "s"}, {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-        {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "Sunny."}]}]
-    out = lf_rows(rows, ["d.jsonl:1"], pretraining=False, unmask_all=False)
-    roles = [m["role"] for m in out[0]["messages"]]
-    assert roles == ["system", "user", "function_call", "tool", "assistant"]
-    assert out[0]["messages"][2]["content"] == '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
-    assert lf_rows([{"document": "text"}], [], pretraining=True, unmask_all=False) == [{"text": "text"}]
-
-
-@pytest.mark.parametrize(("row", "message"), [
-    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "tool_calls": [
-        {"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}, "both text and tool_calls"),
-    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a",
-                                                       "reasoning_content": "r"}]}, "reasoning_content"),
-    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "unmask": True}, "unmask"),
-    ({"input_ids": [1], "labels": [1]}, "pre-tokenized"),
-])
-def test_rows_llamafactory_cannot_represent_are_errors(row: dict[str, Any], message: str) -> None:
-    with pytest.raises(UsageError, match=f"d.jsonl:3: .*{message}"):
-        lf_rows([row], ["d.jsonl:3"], pretraining=False, unmask_all=False)
 
 
 def test_slurm_dry_run_splits_the_global_batch_over_nodes(tmp_path: Path) -> None:

@@ -24,17 +24,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.install]
 
 # Runs in the managed environment: LLaMA-Factory's get_train_args (its HfArgumentParser over its
 # ModelArguments/DataArguments/Seq2SeqTrainingArguments/FinetuningArguments, unknown keys rejected,
-# then its own cross-checks) and its dataset registry reader on the generated dataset_info.json,
-# for each YAML file given (one interpreter start for all: importing LLaMA-Factory takes seconds).
+# then its own cross-checks), for each YAML file given (one interpreter start for all: importing
+# LLaMA-Factory takes seconds).
 PARSE = textwrap.dedent("""
     import json, sys, yaml
     from llamafactory.hparams import get_train_args
-    from llamafactory.data.parser import get_dataset_list
     for path in sys.argv[1:]:
         args = yaml.safe_load(open(path))
         try:
             model, data, training, finetuning, _ = get_train_args(args)
-            attr = get_dataset_list(data.dataset, data.dataset_dir)[0]
         except Exception as exc:
             print("PARSED", json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
             continue
@@ -49,25 +47,24 @@ PARSE = textwrap.dedent("""
             "lr_scheduler_type": str(getattr(training.lr_scheduler_type, "value", training.lr_scheduler_type)),
             "output_dir": training.output_dir, "use_cpu": training.use_cpu, "save_steps": training.save_steps,
             "disable_gradient_checkpointing": model.disable_gradient_checkpointing,
-            "formatting": attr.formatting, "file_name": attr.dataset_name, "role_tag": attr.role_tag,
-            "user_tag": attr.user_tag, "assistant_tag": attr.assistant_tag, "messages": attr.messages,
-            "prompt": attr.prompt,
+            "tokenized_path": data.tokenized_path, "overwrite_output_dir": training.overwrite_output_dir,
+            "resume_from_checkpoint": training.resume_from_checkpoint,
         }))
 """)
 
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("sft", {"effective_batch_size": 16, "max_steps": 7, "save_steps": 3, "unmask_messages": True},
      {"stage": "sft", "finetuning_type": "full", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
-      "max_steps": 7, "save_steps": 3, "train_on_prompt": True, "formatting": "sharegpt", "role_tag": "role",
+      "max_steps": 7, "save_steps": 3, "packing": False, "cutoff_len": 1024,
       "lr_scheduler_type": "linear",  # lr_scheduler unset: LLaMA-Factory's default, as the README says
-      "user_tag": "user", "assistant_tag": "assistant", "messages": "messages", "cutoff_len": 1024}),
+      # no auto-resume: LLaMA-Factory's get_last_checkpoint is skipped (the runner resumes explicitly)
+      "overwrite_output_dir": True, "resume_from_checkpoint": None}),
     ("lora_sft", {"lora_r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], "effective_batch_size": 6,
                   "nproc_per_node": 3},
      {"stage": "sft", "finetuning_type": "lora", "lora_rank": 4, "lora_alpha": 8, "lora_target": ["q_proj", "v_proj"],
       "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1}),
-    # LLaMA-Factory takes one off cutoff_len when packing: thub's 65 gives its 64-token blocks
-    ("sft", {"is_pretraining": True, "block_size": 64},
-     {"stage": "pt", "packing": True, "cutoff_len": 64, "formatting": "alpaca", "prompt": "text"}),
+    # thub's blocks: LLaMA-Factory's own pt packing (which takes one off cutoff_len) stays off
+    ("sft", {"is_pretraining": True, "block_size": 64}, {"stage": "pt", "packing": False, "cutoff_len": 64}),
 ]
 
 
@@ -85,9 +82,6 @@ def test_llamafactory_parses_the_translation(lf_env: dict, tiny_model: Path, tmp
     bad = json.loads(json.dumps(plans[0]))
     bad["args"]["max_seq_len"] = 128  # the parse is real: a key LLaMA-Factory does not have fails there
     for i, plan in enumerate([*plans, bad]):
-        work = Path(plan["args"]["dataset_dir"])
-        work.mkdir(parents=True, exist_ok=True)
-        (work / "dataset_info.json").write_text(json.dumps(plan["dataset_info"]))
         configs.append(tmp_path / f"train{i}.yaml")
         configs[-1].write_text(yaml.safe_dump(plan["args"]))
     done = subprocess.run([lf_env["python"], "-c", PARSE, *map(str, configs)], capture_output=True, text=True,
@@ -98,7 +92,8 @@ def test_llamafactory_parses_the_translation(lf_env: dict, tiny_model: Path, tmp
     *parsed, rejected = lines
     for i, ((_algorithm, _params, expected), result) in enumerate(zip(CASES, parsed, strict=True)):
         assert "error" not in result, result
-        assert result["dataset"] == ["thub_train"] and result["file_name"] == "train.jsonl"
+        assert result["dataset"] == ["thub_train"]
+        assert result["tokenized_path"] == f"{tmp_path}/run{i}/llamafactory/tokenized"
         assert result["output_dir"] == f"{tmp_path}/run{i}/checkpoints" and result["use_cpu"] is True
         assert result["disable_gradient_checkpointing"] is True
         assert {k: result[k] for k in expected} == expected
@@ -122,7 +117,8 @@ def test_dry_run_shows_yaml_dataset_entry_and_command(lf_env: dict, tiny_model: 
     assert done.returncode == 0, done.stderr
     text = done.stdout + done.stderr
     assert f"llamafactory-cli train {out}/llamafactory/train.yaml" in text
-    assert "stage: sft" in text and "formatting: sharegpt" in text and "gradient_accumulation_steps: 1" in text
+    assert "stage: sft" in text and "gradient_accumulation_steps: 1" in text
+    assert f"tokenized_path: {out}/llamafactory/tokenized" in text and "tokenized_by: thub" in text
     assert not out.exists()
 
 
@@ -142,11 +138,12 @@ def test_real_cpu_run_metrics_and_checkpoints(lf_env: dict, tiny_model: Path, de
     assert str(out / "checkpoints" / "checkpoint-3") in paths and str(out / "checkpoints" / "checkpoint-6") in paths
     assert result["final_checkpoint"] == str(out / "checkpoints")
     assert (out / "checkpoints" / "model.safetensors").exists()
-    # LLaMA-Factory read thub's files: its own log and the generated YAML/dataset entry
+    # LLaMA-Factory read thub's files: its own log, the generated YAML and thub's tokenized examples
     assert (out / "checkpoints" / "trainer_log.jsonl").exists()
     assert yaml.safe_load((out / "llamafactory" / "train.yaml").read_text())["stage"] == "sft"
-    rows = [json.loads(line) for line in (out / "llamafactory" / "train.jsonl").read_text().splitlines()]
-    assert rows[0]["messages"][0]["role"] == "system"
+    assert "Loaded tokenized dataset from" in (out / "logs" / "train.log").read_text()
+    saved = json.loads((out / "llamafactory" / "tokenized" / "thub_tokenized.json").read_text())
+    assert saved["examples"] == 64
 
 
 @pytest.mark.parametrize("algorithm, extra, data", [
@@ -193,8 +190,8 @@ def test_sigterm_checkpoints_and_resume_continues(lf_env: dict, tiny_model: Path
 
 
 def test_mask_comparison_with_thub_on_the_demo_data(lf_env: dict, tiny_model: Path, demo_data: Path) -> None:
-    """LLaMA-Factory's own pipeline (registry, sharegpt converter, supervised processor with the
-    template parsed from the model) on every demo conversation, vs thub's assistant mask."""
+    """LLaMA-Factory's own pipeline (its get_dataset on what a run writes) on every demo
+    conversation, vs thub's assistant mask."""
     done = subprocess.run([sys.executable, "-m", "thub", "data", "preview", "--model", str(tiny_model),
                            str(demo_data / "chat.jsonl"), str(demo_data / "sharegpt.jsonl"), "-n", "1000",
                            "--backend", "llamafactory", "--json"], capture_output=True, text=True,
@@ -202,9 +199,8 @@ def test_mask_comparison_with_thub_on_the_demo_data(lf_env: dict, tiny_model: Pa
     assert done.returncode == 0, done.stderr[-3000:]
     examples = json.loads(done.stdout)["examples"]
     assert len(examples) == 80
-    # measured: LLaMA-Factory's parsed template puts the newline after <|im_end|> into the
-    # assistant slot, so it trains that "\n" too; thub (and axolotl) stop at <|im_end|>. Reported,
-    # row by row, as the only difference.
+    # LLaMA-Factory loads thub's tokenized examples (tokenized_path): the same trained text on every
+    # row (it used to train the newline after <|im_end|> too, from the template it parsed itself)
     for example in examples:
-        assert example["comparison"] == {"equal": False, "thub_only": [], "backend_only": ["\n"]}, example["location"]
-        assert example["backend"]["trained_tokens"] == example["trained_tokens"] + 1
+        assert example["comparison"] == {"equal": True, "thub_only": [], "backend_only": []}, example["location"]
+        assert example["backend"]["trained_tokens"] == example["trained_tokens"]

@@ -1,10 +1,11 @@
 """The LLaMA-Factory run, inside thub's supervised child process.
 
-thub validates, normalises and mixes the data, writes it with a ``dataset_info.json`` entry that
-LLaMA-Factory reads (sharegpt formatting, role/content tags), writes the generated ``train.yaml``,
-then calls ``llamafactory.train.tuner.run_exp`` in this process with thub's Trainer callback:
-metrics go to ``training_metrics.jsonl`` (with ``max_steps``), every ``checkpoint-N`` is reported,
-and SIGTERM/SIGINT saves a checkpoint and stops (``--resume`` continues from it).
+thub validates, normalises and mixes the data, tokenizes it itself (the model's chat template,
+thub's masks: ``dataset.py``) into the saved dataset LLaMA-Factory loads from ``tokenized_path``,
+writes the generated ``train.yaml``, then calls ``llamafactory.train.tuner.run_exp`` in this
+process with thub's Trainer callback: metrics go to ``training_metrics.jsonl`` (with
+``max_steps``), every ``checkpoint-N`` is reported, and SIGTERM/SIGINT saves a checkpoint and
+stops (``--resume`` continues from it: thub's resume decision is passed explicitly).
 llamafactory (and with it torch) is imported here only.
 """
 
@@ -15,68 +16,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-from thub.backend import RunContext, UsageError, write_text_atomic
+from thub.backend import RunContext, write_text_atomic
 from thub_plugin_llamafactory.translate import translate
 
 
-def _lf_message(message: dict[str, Any], where: str) -> list[dict[str, str]]:
-    """One canonical message as LLaMA-Factory sharegpt turns (tool calls -> a function_call turn)."""
-    if message.get("reasoning_content"):
-        raise UsageError(f"{where}: reasoning_content: LLaMA-Factory's sharegpt format has no field for it; "
-                         "put the reasoning into the assistant content (between <think> tags) or use another backend")
-    calls = message.get("tool_calls")
-    if not calls:
-        return [{"role": message["role"], "content": message.get("content") or ""}]
-    if (message.get("content") or "").strip():
-        raise UsageError(f"{where}: an assistant turn with both text and tool_calls: LLaMA-Factory's sharegpt "
-                         "format has a function_call turn without text; split it or use another backend")
-    functions = []
-    for call in calls:
-        fn = call["function"]
-        arguments = fn.get("arguments")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                pass
-        functions.append({"name": fn["name"], "arguments": arguments})
-    return [{"role": "function_call", "content": json.dumps(functions, ensure_ascii=False)}]
-
-
-def lf_rows(rows: list[dict[str, Any]], locations: list[str], pretraining: bool,
-            unmask_all: bool) -> list[dict[str, Any]]:
-    """thub's canonical rows as the JSONL rows the generated dataset_info entry describes."""
-    if pretraining:
-        return [{"text": row["document"]} for row in rows]
-    out = []
-    for i, row in enumerate(rows):
-        where = locations[i] if i < len(locations) else f"row {i + 1}"
-        if "input_ids" in row:
-            raise UsageError(f"{where}: pre-tokenized rows (input_ids/labels): LLaMA-Factory tokenizes "
-                             "conversations itself; give chat or document data")
-        if row.get("unmask") and not unmask_all:
-            raise UsageError(f"{where}: unmask: LLaMA-Factory unmasks prompts for the whole run only "
-                             "(train_on_prompt); set unmask_messages instead")
-        messages = [turn for j, m in enumerate(row["messages"]) for turn in _lf_message(m, f"{where}: messages[{j}]")]
-        out.append({"messages": messages})
-    return out
-
-
-def write_inputs(context: RunContext, plan: dict[str, Any]) -> int:
-    """The data file, dataset_info.json and train.yaml LLaMA-Factory reads; returns the row count."""
+def write_inputs(context: RunContext, plan: dict[str, Any]) -> list[str]:
+    """thub's tokenized examples (at ``tokenized_path``) and the train.yaml LLaMA-Factory reads;
+    returns thub's report lines."""
     import yaml
 
-    params = context.params
-    validated = context.data()  # the rows thub validated before the run (datasets and mixing applied)
-    data = lf_rows(validated.rows, validated.locations, plan["data"]["mode"] == "pretraining",
-                   bool(params.get("unmask_messages")))
-    work = Path(plan["args"]["dataset_dir"])
+    from thub_plugin_llamafactory.dataset import write_dataset
+
+    lines = write_dataset(context.data(), context.params, plan)  # the rows thub validated before the run
     # every rank writes the same content; atomically, so that none reads a half-written file
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data)
-    write_text_atomic(Path(plan["data"]["file"]), lines, parents=True)
-    write_text_atomic(work / "dataset_info.json", json.dumps(plan["dataset_info"], indent=2), parents=True)
     write_text_atomic(Path(plan["config_file"]), yaml.safe_dump(plan["args"], sort_keys=False), parents=True)
-    return len(data)
+    return lines
 
 
 def _global_step(output_dir: Path) -> int:
@@ -116,12 +70,14 @@ def run(context: RunContext) -> dict[str, Any]:
     params = context.params
     plan = translate(context.algorithm, params)
     os.environ.update(plan["environment"])
-    count = write_inputs(context, plan)
-    print(f"thub: wrote {count} rows and {plan['config_file']} for LLaMA-Factory "
-          f"(same run by hand: {plan['command']})", flush=True)
     args = dict(plan["args"])
-    if context.resume_from:
-        args["resume_from_checkpoint"] = context.resume_from
+    if context.resume_from:  # thub's decision, never LLaMA-Factory's own checkpoint detection
+        args.update({"resume_from_checkpoint": context.resume_from, "overwrite_output_dir": False})
+    plan = {**plan, "args": args}
+    for line in write_inputs(context, plan):
+        print(line, flush=True)
+    print(f"thub: wrote {plan['data']['tokenized_path']} and {plan['config_file']} for LLaMA-Factory "
+          f"(same run by hand: {plan['command']})", flush=True)
 
     run_exp = _import_run_exp()
     run_exp(args, callbacks=[metrics_callback(context)])

@@ -2,7 +2,7 @@
 
 The result is exactly what the runner hands to ``llamafactory.train.tuner.run_exp`` (and writes to
 ``{ckpt_output_dir}/llamafactory/train.yaml``), so ``--dry-run`` shows the YAML LLaMA-Factory
-will parse, the ``dataset_info.json`` entry it reads and the command. Every honoured parameter is
+will parse, where its data comes from (thub's tokenized examples, ``data``) and the command. Every honoured parameter is
 mapped in the README; the tests parse this output with LLaMA-Factory's own ``get_train_args``.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from thub.backend import UsageError, cuda_visible, optional_training_args, report_settings, split_batch, world_size
 
 BACKEND = "llamafactory"
-#: The name of thub's prepared dataset in the generated dataset_info.json.
+#: The dataset name LLaMA-Factory's get_train_args requires; unused (the data is at tokenized_path).
 DATASET = "thub_train"
 
 _SFT = frozenset({
@@ -24,7 +24,7 @@ _SFT = frozenset({
     "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",
     "logging_steps", "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",
     "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name",
-    "unmask_messages", "packing", "use_liger", "validation_split", "validation_frequency",
+    "unmask_messages", "overlong", "packing", "use_liger", "validation_split", "validation_frequency",
     "is_pretraining", "block_size", "document_column_name",
 })
 _LORA = frozenset({"lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora"})
@@ -39,15 +39,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 #: The largest per-device batch thub chooses when splitting effective_batch_size.
 MAX_MICRO_BATCH = 8
 
-#: LLaMA-Factory's sharegpt reading of thub's canonical chat rows (role/content messages).
-CHAT_DATASET = {
-    "formatting": "sharegpt",
-    "columns": {"messages": "messages"},
-    "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
-             "observation_tag": "tool", "function_tag": "function_call", "system_tag": "system"},
-}
-#: Continued pretraining: one ``text`` column (LLaMA-Factory's pt stage reads the prompt column).
-DOCUMENT_DATASET = {"columns": {"prompt": "text"}}
+#: How LLaMA-Factory gets its data: thub's own examples, already tokenized (see ``dataset.py``).
+DATA_NOTE = ("LLaMA-Factory trains thub's tokens: thub tokenizes the validated rows with the model's chat "
+             "template and its own loss masks (pretraining: documents joined with EOS into block_size blocks) "
+             "and saves input_ids/attention_mask/labels with datasets.save_to_disk at tokenized_path; "
+             "LLaMA-Factory loads that and skips its own converter, template and processors")
 
 
 def _save_strategy(params: dict[str, Any]) -> str:
@@ -83,12 +79,17 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "stage": "pt" if pretraining else "sft",
         "do_train": True,
         "finetuning_type": "lora" if algorithm == "lora_sft" else "full",
-        # thub's prepared data, registered in {work}/dataset_info.json; no `template`: LLaMA-Factory
-        # parses the model's own chat template (the one thub validated and previews)
+        # thub's examples, tokenized by thub (DATA_NOTE): LLaMA-Factory loads them from tokenized_path
+        # and ignores its other data arguments; get_train_args still requires a dataset name
         "dataset": DATASET,
-        "dataset_dir": work,
-        "overwrite_cache": True,
+        "tokenized_path": f"{work}/tokenized",
+        # LLaMA-Factory's own packing (and its cutoff_len - 1) off: thub packs (dataset.py)
+        "packing": False,
         "output_dir": f"{run_dir}/checkpoints",
+        # an explicit resume decision: never LLaMA-Factory's get_last_checkpoint (which would pick a
+        # half-written checkpoint thub skipped); the runner sets resume_from_checkpoint and turns
+        # this off when thub resumes (so LLaMA-Factory keeps its trainer_log.jsonl)
+        "overwrite_output_dir": True,
         "per_device_train_batch_size": micro,
         "gradient_accumulation_steps": accumulation,
         "learning_rate": params["learning_rate"],
@@ -111,19 +112,15 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     report_to, environment, extra = report_settings(params)
     args["report_to"] = report_to
     args.update(extra)
-    if pretraining:
-        # LLaMA-Factory's pt stage joins documents (EOS after each) and cuts cutoff_len blocks
-        args["packing"] = True
-    else:
-        args["packing"] = bool(params.get("packing"))
-        args["train_on_prompt"] = bool(params.get("unmask_messages"))
     length = params["block_size"] if pretraining else params["max_seq_len"]
-    # with packing, DataArguments.__post_init__ takes one off cutoff_len: add it back, so blocks
-    # (and packed sequences) hold exactly block_size (max_seq_len) tokens
-    args["cutoff_len"] = length + 1 if args["packing"] else length
-    if params.get("validation_split"):
-        args.update({"val_size": params["validation_split"], "eval_strategy": "steps",
-                     "eval_steps": params["validation_frequency"], "per_device_eval_batch_size": micro})
+    # the longest sequence LLaMA-Factory sees (its model_max_length); thub cut the examples to it
+    args["cutoff_len"] = length
+    validation = params.get("validation_split")
+    if validation:
+        # thub splits (dataset.py) and saves the validation split; LLaMA-Factory's loader ignores
+        # val_size with tokenized_path, but its get_train_args requires it for eval_strategy
+        args.update({"val_size": validation, "eval_strategy": "steps", "eval_steps": params["validation_frequency"],
+                     "per_device_eval_batch_size": micro})
     if algorithm == "lora_sft":
         args.update({
             "lora_rank": params["lora_r"],
@@ -133,17 +130,22 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             "use_rslora": bool(params.get("use_rslora")),
             "use_dora": bool(params.get("use_dora")),
         })
-    entry = dict(DOCUMENT_DATASET if pretraining else CHAT_DATASET)
-    entry["file_name"] = "train.jsonl"
     config_file = f"{work}/train.yaml"
     return {
         "config_file": config_file,
         "args": args,
-        "dataset_info": {DATASET: entry},
         "data": {
             "mode": "pretraining" if pretraining else "chat",
-            "file": f"{work}/train.jsonl",
-            "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else "assistant tokens",
+            "tokenized_by": "thub",
+            "note": DATA_NOTE,
+            "tokenized_path": args["tokenized_path"],
+            "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else
+            "assistant tokens (thub's mask; rows with unmask: every token)",
+            **({"block_size": params["block_size"]} if pretraining else
+               {"max_seq_len": params["max_seq_len"], "overlong": params["overlong"],
+                "packing": bool(params.get("packing"))}),
+            "validation_split": validation or None,
+            "seed": params["seed"],
         },
         "world_size": world,
         # thub's child calls llamafactory.train.tuner.run_exp(args, callbacks=[thub's]) with exactly
