@@ -180,3 +180,25 @@ def test_check_json_report_on_errors(tmp_path: Path) -> None:
     assert report["ok"] is False and report["error_count"] == 1
     assert report["errors"][0]["location"] == f"{path}:2"
     assert report["errors"][0]["field"] == "messages[0].role"
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_blank_lines_before_a_bad_row_keep_the_files_line_numbers(tmp_path: Path, newline: str) -> None:
+    """Blank and whitespace-only lines are skipped, never uncounted: each error names the file's real line,
+    for a row that is valid JSON (fast path), malformed JSON, and invalid UTF-8 (the bytes path)."""
+    bad_row = json.dumps({"messages": [{"role": "usr", "content": "x"}, {"role": "assistant", "content": "y"}]})
+    lines = [json.dumps(GOOD), "", "   ", bad_row, "", "{bad json", "\t", json.dumps(GOOD)]
+    path = tmp_path / "blank.jsonl"
+    path.write_text(newline.join(lines) + newline)
+    with pytest.raises(UsageError) as raised:
+        load_dataset_rows(str(path))
+    message = str(raised.value)
+    assert f"{path}:4: messages[0].role" in message and f"{path}:6: expected a JSON object" in message
+    path.write_bytes(newline.join(lines[:5]).encode() + newline.encode() + b'{"messages": "\xff"}' + b"\n")
+    with pytest.raises(UsageError, match=r"blank.jsonl:6: expected UTF-8 text") as raised:
+        load_dataset_rows(str(path))
+    assert f"{path}:4: messages[0].role" in str(raised.value)  # the same numbers on the bytes path
+    array = tmp_path / "rows.json"
+    array.write_text("[\n" + json.dumps(GOOD) + ",\n\n\n" + bad_row + "\n]\n")
+    with pytest.raises(UsageError, match=r"rows.json:5: messages\[0\].role"):
+        load_dataset_rows(str(array))
