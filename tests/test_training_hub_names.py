@@ -241,6 +241,7 @@ def test_grpo_names_map_on_verl(tmp_path: Path) -> None:
     assert params["reward"]["value"] == ["math"]
 
 
+@pytest.mark.needs_backend("mini-trainer")
 def test_processed_dataset_switch(tmp_path: Path) -> None:
     plan = dry("osft", backend="mini-trainer", model_path="m", data_path=DATA, ckpt_output_dir=str(tmp_path),
                unfreeze_rank_ratio=0.25, effective_batch_size=16, max_tokens_per_gpu=4096, max_seq_len=1024,
@@ -328,3 +329,21 @@ def test_batch_names_use_the_world_size_of_the_merged_layers(thub_cli, tmp_path:
                      "--set", "micro_batch_size=2")["value"] == 12
     # an effective_batch_size above them in precedence wins (Training Hub ignores the micro batch then)
     assert effective({"micro_batch_size": 4}, "--effective-batch-size", "32")["value"] == 32
+
+
+@pytest.mark.parametrize("backend", ["trl", "instructlab-training"])
+def test_adamw_betas_is_beta1_then_beta2(backend: str, tmp_path: Path) -> None:
+    """Training Hub's adamw_betas is instructlab's (beta1, beta2) tuple: beta1 first, into the native config
+    in the same order (a swap trains with beta1 0.999: no test failed on it before)."""
+    if backend not in get_registry().backends:
+        pytest.skip(f"{backend} is not installed")
+    plan = dry("sft", backend=backend, model_path="m", data_path=DATA, ckpt_output_dir=str(tmp_path),
+               adamw_betas=(0.8, 0.999))
+    params = plan["parameters"]
+    assert (params["beta1"]["value"], params["beta2"]["value"]) == (0.8, 0.999)
+    assert params["beta1"]["source"] == "api adamw_betas, training-hub name adamw_betas → beta1"
+    native = plan["translation"]
+    if backend == "trl":
+        assert (native["config"]["adam_beta1"], native["config"]["adam_beta2"]) == (0.8, 0.999)
+    else:
+        assert list(native["training_args"]["adamw_betas"]) == [0.8, 0.999]
