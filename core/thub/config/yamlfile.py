@@ -19,6 +19,12 @@ MAX_YAML_BYTES = 10 * 1024 * 1024
 #: are fine, but nine levels of nine make 387 million values from 400 bytes (a YAML "billion
 #: laughs"), which a dry run would print and every layer would copy.
 MAX_YAML_VALUES = 1_000_000
+#: The deepest a file's mappings and sequences may nest (a parameter file needs a handful of
+#: levels; PyYAML's parser recurses per level and fails with a RecursionError near 300).
+MAX_YAML_NESTING = 100
+_OPEN = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
+         yaml.FlowSequenceStartToken)
+_CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -44,17 +50,18 @@ def _repeated_key(node: yaml.Node) -> tuple[str, int, int] | None:
 
 def check_tree(root: yaml.Node, where: str, what: str = "config file") -> None:
     """Refuse a repeated key in any mapping under ``root`` (PyYAML keeps the last value silently;
-    a repeated key is almost always an edit mistake), a recursive alias, and a tree whose aliases
-    expand it to more than :data:`MAX_YAML_VALUES` values.
+    a repeated key is almost always an edit mistake), a recursive alias, a tree whose aliases
+    expand it to more than :data:`MAX_YAML_VALUES` values, and one nested deeper than
+    :data:`MAX_YAML_NESTING`.
 
     One walk, without recursion, that visits each node once, however many aliases point at it
     (the expanded size of a node is memoised). ``where`` names the file in the errors.
     """
     expanded: dict[int, int] = {}  # node id -> values it expands to (itself included)
     on_path: set[int] = set()  # the nodes being expanded: meeting one again is a loop
-    stack: list[tuple[yaml.Node, list[yaml.Node] | None]] = [(root, None)]
+    stack: list[tuple[yaml.Node, list[yaml.Node] | None, int]] = [(root, None, 1)]
     while stack:
-        node, kids = stack.pop()
+        node, kids, depth = stack.pop()
         key = id(node)
         if kids is not None:  # every child is done: this node's size is known
             on_path.discard(key)
@@ -73,9 +80,31 @@ def check_tree(root: yaml.Node, where: str, what: str = "config file") -> None:
             name, first, again = repeated
             raise UsageError(f"{where}:{again}: duplicate key {name!r} (first at line {first}); keep one")
         children = _children(node)
+        if children and depth >= MAX_YAML_NESTING:
+            raise UsageError(_too_deep(where, node.start_mark.line + 1))
         on_path.add(key)
-        stack.append((node, children))
-        stack.extend((kid, None) for kid in reversed(children))  # document order: the first problem first
+        stack.append((node, children, depth))
+        stack.extend((kid, None, depth + 1) for kid in reversed(children))  # document order: the first problem first
+
+
+def _too_deep(where: str, line: int) -> str:
+    return f"{where}:{line}: nested too deeply (more than {MAX_YAML_NESTING} levels of mappings and sequences)"
+
+
+def _nesting_line(text: str) -> int:
+    """The line where ``text`` first nests deeper than :data:`MAX_YAML_NESTING`, found with
+    PyYAML's scanner (which does not recurse), for a file its parser could not follow."""
+    depth, deepest, line = 0, 0, 1
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, _OPEN):
+            depth += 1
+            if depth > deepest:
+                deepest, line = depth, token.start_mark.line + 1
+            if depth > MAX_YAML_NESTING:
+                break
+        elif isinstance(token, _CLOSE):
+            depth -= 1
+    return line
 
 
 def load_yaml(path: str | Path, what: str = "config file") -> tuple[Any, yaml.Node | None]:
@@ -83,7 +112,8 @@ def load_yaml(path: str | Path, what: str = "config file") -> tuple[Any, yaml.No
 
     Raises :class:`UsageError` (exit 2) naming the file (and line): unreadable, over
     :data:`MAX_YAML_BYTES`, not UTF-8, invalid YAML, a key repeated in a mapping, a
-    recursive alias or aliases that expand it past :data:`MAX_YAML_VALUES` (:func:`check_tree`).
+    recursive alias, aliases that expand it past :data:`MAX_YAML_VALUES` or nesting deeper than
+    :data:`MAX_YAML_NESTING` (:func:`check_tree`).
     """
     path = Path(path)
     try:
@@ -105,6 +135,8 @@ def load_yaml(path: str | Path, what: str = "config file") -> tuple[Any, yaml.No
             return (loader.construct_document(node) if node is not None else None), node
         finally:
             loader.dispose()
+    except RecursionError:
+        raise UsageError(_too_deep(str(path), _nesting_line(text))) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""

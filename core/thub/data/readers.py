@@ -25,6 +25,9 @@ _PARQUET = {".parquet", ".pq"}
 #: UTF-8 byte-order mark: Windows editors and spreadsheet exports start files with it, and
 #: ``datasets``/pandas read such files; it is not part of the first record.
 _BOM = b"\xef\xbb\xbf"
+#: A record whose arrays and objects nest deeper than Python's JSON reader can follow (~1,000
+#: levels): bad input named at its line, never a RecursionError.
+TOO_DEEP = "nested too deeply (more levels of arrays and objects than can be read)"
 
 
 def file_kind(path: str | os.PathLike[str]) -> str:
@@ -85,13 +88,15 @@ def _iter_jsonl(path: Path, problems: Problems) -> Iterator[Record]:
             if end == len(line) or line[end:].isspace():
                 yield f"{name}:{number}", value
                 continue
-        except (StopIteration, json.JSONDecodeError):
+        except (StopIteration, json.JSONDecodeError, RecursionError):
             pass
         try:
             yield f"{name}:{number}", json.loads(line)
         except json.JSONDecodeError as exc:
             problems.error(f"{name}:{number}", "", f"expected a JSON object, found malformed JSON ({exc.msg} at "
                            f"column {exc.colno})", kind="json")
+        except RecursionError:
+            problems.error(f"{name}:{number}", "", TOO_DEEP, kind="json")
 
 
 def _iter_jsonl_bytes(path: Path, data: bytes, problems: Problems) -> Iterator[Record]:
@@ -107,6 +112,8 @@ def _iter_jsonl_bytes(path: Path, data: bytes, problems: Problems) -> Iterator[R
         except json.JSONDecodeError as exc:
             problems.error(f"{path}:{number}", "", f"expected a JSON object, found malformed JSON ({exc.msg} at "
                            f"column {exc.colno})", kind="json")
+        except RecursionError:
+            problems.error(f"{path}:{number}", "", TOO_DEEP, kind="json")
 
 
 def _iter_json_array(path: Path, problems: Problems) -> Iterator[Record]:
@@ -143,6 +150,9 @@ def _iter_json_array(path: Path, problems: Problems) -> Iterator[Record]:
             problems.error(f"{path}:{exc.lineno}", "", f"expected a JSON value, found malformed JSON ({exc.msg} at "
                            f"column {exc.colno})", kind="json")
             return  # the rest of an array cannot be resynchronised reliably
+        except RecursionError:
+            problems.error(f"{path}:{start_line}", "", TOO_DEEP, kind="json")
+            return  # (as above)
         yield f"{path}:{start_line}", obj
         pos = _skip_ws(text, pos)
         if pos < n and text[pos] == ",":
