@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -225,7 +226,9 @@ def test_string_fields_take_the_raw_text_from_set_and_env(thub_registry, text: s
     resolved = resolve(thub_registry, "sft", backend="trl", flags=REQUIRED, environ={"THUB_WANDB_PROJECT": text},
                        overrides=[f"wandb_run_name={text}", f"ckpt_output_dir={text}"], allow_ignored=True)
     values = resolved.values()
-    assert values["wandb_run_name"] == values["wandb_project"] == values["ckpt_output_dir"] == text
+    assert values["wandb_run_name"] == values["wandb_project"] == text
+    # a path field's leading ~ is the home directory (issue 23 item 1: thub and the library agree)
+    assert values["ckpt_output_dir"] == os.path.expanduser(text)
 
 
 def test_typed_fields_still_parse(thub_registry) -> None:
@@ -405,6 +408,7 @@ def _honouring(registry, *names: str) -> list[tuple[str, str]]:
 _ALSO_REQUIRED = {"osft": {"unfreeze_rank_ratio": 0.25}}
 
 
+@pytest.mark.needs_backend("mini-trainer")
 def test_settings_that_cannot_both_hold_are_refused_on_every_backend(thub_registry) -> None:
     """save_steps and checkpoint_at_epoch: HF Trainer (trl, unsloth, LLaMA-Factory, axolotl) has one
     save_strategy, so one of them was silently dropped; validation_frequency without validation_split

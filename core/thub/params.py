@@ -12,26 +12,54 @@ Imports pydantic: loaded only by commands that need parameters, never by ``thub 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import os
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-__all__ = ["REQUIRED", "BaseParams", "DataFormat", "param"]
+__all__ = ["REQUIRED", "BaseParams", "DataFormat", "expand_path", "param"]
 
 
 def param(default: Any = None, *, group: str, help: str, flag: str | None = None, split: bool = True,
-           **kw: Any) -> Any:
+           path: bool = False, **kw: Any) -> Any:
     """A parameter: default, group (for --help and docs) and one line of help.
 
     ``flag`` renames the CLI option (``--dataset`` for ``datasets``); ``split=False`` keeps a list
-    option's values whole instead of splitting them on commas.
+    option's values whole instead of splitting them on commas. ``path=True``: a file-system path
+    (its leading ``~`` is expanded once, at validation, whatever the source: :func:`expand_path`).
     """
     extra: dict[str, Any] = {"group": group}
     if flag:
         extra["flag"] = flag
     if not split:
         extra["split"] = False
+    if path:
+        extra["path"] = True
     return Field(default, description=help, json_schema_extra=extra, **kw)
+
+
+def expand_path(value: Any) -> Any:
+    """``value`` with a leading ``~`` / ``~user`` expanded: a path string, each string of a list,
+    and the ``path`` of each mapping in a list (``datasets``). Environment variables are not
+    expanded: a literal ``$`` is a valid path character, no training library expands them either,
+    and a shell has already expanded the ones typed on a command line."""
+    if isinstance(value, str):
+        return os.path.expanduser(value) if value.startswith("~") else value
+    if isinstance(value, list):
+        return [{**item, "path": expand_path(item["path"])} if isinstance(item, dict) and "path" in item
+                else expand_path(item) for item in value]
+    return value
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether a NUL byte is in any string of ``value`` (keys and values of nested lists/mappings)."""
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(item) for item in value)
+    return False
 
 
 REQUIRED = ...
@@ -45,21 +73,22 @@ class BaseParams(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     # core
-    model_path: str = param(REQUIRED, group="core", help="Local path or hub id of the base model.")
-    data_path: str | None = param(group="core",
+    model_path: str = param(REQUIRED, path=True, group="core", help="Local path or hub id of the base model.")
+    data_path: str | None = param(path=True, group="core",
                                   help="Training data file or directory (JSONL, JSON, Parquet, saved HF dataset); or "
                                        "use datasets.")
-    ckpt_output_dir: str = param(REQUIRED, group="core", help="Run directory: checkpoints, metrics, logs, result.json.")
+    ckpt_output_dir: str = param(REQUIRED, path=True, group="core",
+                                 help="Run directory: checkpoints, metrics, logs, result.json.")
     data_format: DataFormat = param("auto", group="core", help="Data format; 'auto' detects it from the first row.")
     datasets: list[str | dict[str, Any]] | None = param(
-        group="data", flag="dataset", split=False,
+        group="data", flag="dataset", split=False, path=True,
         help="Several datasets to mix: PATH[:key=value,...] on the command line, or mappings "
              "{path, format, role_tag, content_tag, user_tag, assistant_tag, prob, ...} in YAML (see docs/data.md).")
     mix_strategy: Literal["concat", "interleave_under", "interleave_over"] = param(
         "concat", group="data",
         help="How datasets are combined: concat, or interleave until the shortest/longest ends.")
-    mix_probabilities: list[float] | None = param(group="data",
-                                                  help="Sampling weights of the datasets for interleaving.")
+    mix_probabilities: list[Annotated[float, Field(ge=0)]] | None = param(
+        group="data", help="Sampling weights of the datasets for interleaving (each >= 0).")
     num_epochs: int | None = param(group="core", help="Passes over the data.", ge=1)
     max_steps: int | None = param(group="core",
                                   help="Stop after this many optimizer steps (overrides num_epochs where the backend "
@@ -71,8 +100,9 @@ class BaseParams(BaseModel):
     max_seq_len: int | None = param(group="core", help="Maximum tokens per sample.", ge=1)
     max_tokens_per_gpu: int | None = param(group="core",
                                            help="Token budget per GPU per micro-batch (dynamic batching).", ge=1)
-    seed: int = param(42, group="core", help="Random seed for data order and initialisation.")
-    data_output_dir: str | None = param(group="core",
+    seed: int = param(42, group="core", ge=0, lt=2**32,
+                      help="Random seed for data order and initialisation (0 <= seed < 2**32, as numpy requires).")
+    data_output_dir: str | None = param(path=True, group="core",
                                         help="Where prepared data goes (default: inside the run directory).")
     save_steps: int | None = param(group="core", help="Save a checkpoint every N steps.", ge=1)
     checkpoint_at_epoch: bool | None = param(group="core", help="Save a checkpoint at the end of every epoch.")
@@ -97,8 +127,8 @@ class BaseParams(BaseModel):
     max_grad_norm: float | None = param(group="optimizer", help="Gradient clipping norm.", gt=0)
 
     # torchrun / distributed
-    nproc_per_node: int | Literal["auto", "gpu"] | None = param(group="distributed",
-                                                                help="Processes per node (int, 'auto' or 'gpu').")
+    nproc_per_node: Annotated[int, Field(ge=1)] | Literal["auto", "gpu"] | None = param(
+        group="distributed", help="Processes per node (an int >= 1, 'auto' or 'gpu').")
     nnodes: int | None = param(group="distributed", help="Number of nodes.", ge=1)
     node_rank: int | None = param(group="distributed", help="Rank of this node.", ge=0)
     rdzv_id: str | None = param(group="distributed", help="Rendezvous id.")
@@ -114,10 +144,21 @@ class BaseParams(BaseModel):
     wandb_project: str | None = param(group="logging", help="Weights & Biases project.")
     wandb_entity: str | None = param(group="logging", help="Weights & Biases entity.")
     wandb_run_name: str | None = param(group="logging", help="Weights & Biases run name.")
-    tensorboard_log_dir: str | None = param(group="logging", help="TensorBoard log directory.")
+    tensorboard_log_dir: str | None = param(path=True, group="logging", help="TensorBoard log directory.")
     mlflow_tracking_uri: str | None = param(group="logging", help="MLflow tracking URI.")
     mlflow_experiment_name: str | None = param(group="logging", help="MLflow experiment.")
     mlflow_run_name: str | None = param(group="logging", help="MLflow run name.")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text_and_paths(cls, value: Any, info: ValidationInfo) -> Any:
+        """Every field, whatever its source: no string holds a NUL byte (no path, name or
+        environment variable can: it would fail later in the lock, the data or the child's
+        environment), and a path field's ``~`` is expanded (``thub_run.json`` records it so)."""
+        if _has_nul(value):
+            raise ValueError("contains a NUL byte (\\x00), which no path, name or environment variable can hold")
+        extra = cls.model_fields[info.field_name].json_schema_extra if info.field_name else None
+        return expand_path(value) if isinstance(extra, dict) and extra.get("path") else value
 
     @model_validator(mode="after")
     def _some_data(self) -> BaseParams:

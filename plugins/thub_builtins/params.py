@@ -118,7 +118,7 @@ class LoRASFTParams(LoRAMixin, _SupervisedParams):
 class GRPOParams(BaseParams):
     """Group Relative Policy Optimisation with verifiable rewards."""
 
-    data_path: str | None = param(group="core",
+    data_path: str | None = param(group="core", path=True,
                                   help="Prompts with ground truth: rows {question|prompt|messages, "
                                        "ground_truth|answer}.")
     reward: list[str] = param(["math"], group="grpo",
@@ -133,8 +133,9 @@ class GRPOParams(BaseParams):
              "Not honoured by trl, whose num_iterations means updates per batch: use max_steps there.", ge=1)
     max_tokens: int = param(512, group="grpo", help="Maximum completion tokens.", ge=1)
     max_prompt_length: int | None = param(group="grpo", help="Maximum prompt tokens.", ge=1)
-    temperature: float = param(0.7, group="grpo",
-                               help="Sampling temperature of the rollouts (passed to every backend's generator).", ge=0)
+    temperature: float = param(0.7, group="grpo", gt=0,
+                               help="Sampling temperature of the rollouts (passed to every backend's generator; > 0: "
+                                    "transformers refuses 0 when sampling, and GRPO samples).")
     beta: float | None = param(group="grpo", help="KL penalty coefficient (0 disables the reference model).", ge=0)
     system_prompt: str | None = param(group="grpo", help="System prompt prepended to every question.")
     gpu_memory_utilization: float | None = param(group="grpo",

@@ -30,6 +30,7 @@ class ParamInfo:
     group: str
     flag: str | None = None
     split: bool = True
+    path: bool = False  # a file-system path (param(path=True)): its `~` is expanded at validation
 
     @property
     def option(self) -> str:
@@ -43,6 +44,10 @@ class ParamInfo:
     def base_types(self) -> tuple[Any, ...]:
         """The annotation's members without None (``int | None`` -> ``(int,)``)."""
         return tuple(t for t in _union_members(self.annotation) if t is not type(None))
+
+    @property
+    def is_path(self) -> bool:
+        return self.path
 
     @property
     def is_flag(self) -> bool:
@@ -65,6 +70,7 @@ class ParamInfo:
 
 
 def _label(annotation: Any) -> str:
+    annotation = _plain(annotation)
     origin = get_origin(annotation)
     if origin is Literal:
         return "|".join(map(str, get_args(annotation)))
@@ -75,9 +81,15 @@ def _label(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
+def _plain(annotation: Any) -> Any:
+    """``annotation`` without its constraints (``Annotated[int, Field(ge=1)]`` -> ``int``)."""
+    return get_args(annotation)[0] if get_origin(annotation) is typing.Annotated else annotation
+
+
 def _union_members(annotation: Any) -> tuple[Any, ...]:
+    annotation = _plain(annotation)
     if get_origin(annotation) in (typing.Union, types.UnionType):
-        return get_args(annotation)
+        return tuple(_plain(a) for a in get_args(annotation))
     return (annotation,)
 
 
@@ -99,6 +111,7 @@ def param_infos(model: type[BaseModel]) -> dict[str, ParamInfo]:
             group=str(extra.get("group", "other")),
             flag=flag if isinstance(flag, str) else None,  # param() takes a str
             split=bool(extra.get("split", True)),
+            path=bool(extra.get("path", False)),
         )
     return infos
 

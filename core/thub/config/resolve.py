@@ -128,9 +128,29 @@ def parse_overrides(pairs: list[str], infos: dict[str, ParamInfo]) -> dict[str, 
     return layer
 
 
-def _format_validation_error(exc: ValidationError, sources: dict[str, str]) -> str:
+def _one_per_union(errors: list[Any], model: type[BaseModel] | None) -> list[Any]:
+    """A value no member of a union field accepts is one error whose message names each member's
+    expectation ("greater than or equal to 1, or 'auto' or 'gpu'"), not one per member."""
+    from thub.config.fields import param_infos
+
+    infos = param_infos(model) if model is not None else {}
+    merged: list[Any] = []
+    for error in errors:
+        loc = error["loc"]
+        info = infos.get(str(loc[0])) if loc else None
+        union = len(loc) == 2 and info is not None and len(info.base_types) > 1 and not isinstance(loc[1], int)
+        previous = merged[-1] if merged else None
+        if union and previous is not None and previous["loc"][:1] == loc[:1] and previous.get("union"):
+            previous["msg"] += f", or {error['msg'][0].lower()}{error['msg'][1:]}"
+            continue
+        merged.append({**error, "loc": loc[:1], "union": True} if union else error)
+    return merged
+
+
+def _format_validation_error(exc: ValidationError, sources: dict[str, str],
+                             model: type[BaseModel] | None = None) -> str:
     lines = []
-    for error in exc.errors():
+    for error in _one_per_union(exc.errors(), model):
         name = ".".join(str(p) for p in error["loc"]) or "parameters"
         top = str(error["loc"][0]) if error["loc"] else ""
         where = sources.get(top)
@@ -234,7 +254,7 @@ def resolve(
     try:
         params = model(**raw)
     except ValidationError as exc:
-        raise UsageError(_format_validation_error(exc, sources)) from None
+        raise UsageError(_format_validation_error(exc, sources, model)) from None
     _check_finite(params, sources)
 
     resolved = ResolvedConfig(spec, chosen, params, sources, reason, notes=notes)
