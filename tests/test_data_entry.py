@@ -157,6 +157,29 @@ def test_a_file_changed_after_validation_is_validated_again(demo_data: Path, tmp
     assert counter.calls == 2
 
 
+def test_a_same_size_edit_with_its_mtime_restored_is_validated_again(demo_data: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept rows are keyed on the file's contents: an edit of the same size whose modification time
+    is set back (an editor, rsync -t, a checkout) is not hidden behind the old rows."""
+    import os
+
+    data = tmp_path / "chat.jsonl"
+    shutil.copy(demo_data / "chat.jsonl", data)
+    params = {"data_path": str(data), "data_format": "auto", "seed": 42}
+    kept = tmp_path / "run" / DATA_DIR
+    assert save_training_data(validate_training_data(params), kept)
+    before = data.stat()
+    text = data.read_text()
+    assert '"Paris."' in text
+    data.write_text(text.replace('"Paris."', '"Dijon."', 1))  # same size
+    os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (data.stat().st_size, data.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    counter = _Counter(monkeypatch)
+    rows = training_data(params, kept).rows
+    assert counter.calls == 1, "the kept rows of the old contents were reused"
+    assert any(m["content"] == "Dijon." for row in rows for m in row["messages"])
+
+
 def test_context_prepare_tokenizes_the_validated_rows_without_reading_them_again(
         tiny_model: Path, demo_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     params = {"data_path": str(demo_data / "chat.jsonl"), "data_format": "auto", "seed": 42,

@@ -1,4 +1,5 @@
-"""One atomic file write for all of thub and its plugins (``thub.backend.write_text_atomic``).
+"""One atomic file write for all of thub and its plugins (``thub.backend.write_text_atomic``), and
+one content hash of data files (the keys of kept and prepared data).
 
 Kept apart from the run directory code so that cheap callers (the start-up caches of
 :mod:`thub.discovery`, the environment manifests) import nothing else of thub.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 
 def write_text_atomic(path: str | Path, text: str, *, parents: bool = False, mode: int = 0o666) -> None:
@@ -33,3 +35,18 @@ def write_text_atomic(path: str | Path, text: str, *, parents: bool = False, mod
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def hash_contents(digest: Any, path: str | Path, *, names: str = "relative") -> None:
+    """Feed the bytes of ``path`` (a file, or every file under a directory, sorted) into ``digest``
+    (a :mod:`hashlib` object), each file preceded by its name: relative to ``path`` for a directory,
+    the file's own name for a file (``names="relative"``), or the full path (``names="full"``).
+    Keys made from it change with any edit, whatever the size or modification time say."""
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    for file in files:
+        name = str(file) if names == "full" else str(file.relative_to(root) if root.is_dir() else file.name)
+        digest.update(name.encode() + b"\0")
+        with file.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)

@@ -29,6 +29,7 @@ from thub.data.mixing import mix_loaded
 from thub.data.tokenize import IGNORE, Sample, TokenizeStats, encode_chat, tokenize_documents
 from thub.data.training import TrainingData
 from thub.errors import UsageError
+from thub.fileio import hash_contents
 
 CACHE_VERSION = 1
 CHUNK = 8192  # rows tokenized and written at a time: bounds memory on big datasets
@@ -74,20 +75,11 @@ def load_tokenizer(model_path: str, *, trust_remote_code: bool = False) -> Any:
         raise UsageError(f"{model_path}: expected a model or tokenizer directory, found none ({exc})") from None
 
 
-def _hash_path(digest: Any, path: Path) -> None:
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
-        with file.open("rb") as handle:
-            while block := handle.read(1 << 20):
-                digest.update(block)
-
-
 def cache_key(sources: Sequence[DatasetSource], tokenizer: Any, settings: dict[str, Any]) -> str:
     """Content hash of data + tokenizer + settings (paths and mtimes do not matter)."""
     digest = hashlib.sha256(f"thub-prepare-{CACHE_VERSION}".encode())
     for source in sources:
-        _hash_path(digest, Path(source.path))
+        hash_contents(digest, source.path)
         digest.update(json.dumps({k: v for k, v in asdict(source).items() if k != "path"}, sort_keys=True).encode())
     backend = getattr(tokenizer, "backend_tokenizer", None)
     digest.update((backend.to_str() if backend is not None else repr(tokenizer)).encode())

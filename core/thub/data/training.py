@@ -97,18 +97,17 @@ def training_rows(params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list
 
 
 def data_key(params: Mapping[str, Any]) -> str:
-    """Hash of the data settings and each source file's path, size and modification time."""
+    """Hash of the data settings and each source file's path and contents (not its size and
+    modification time: a same-size edit with the time set back must not reuse the kept rows)."""
+    from thub.fileio import hash_contents
+
     digest = hashlib.sha256(f"thub-rows-{CACHE_VERSION}".encode())
     digest.update(json.dumps({name: params.get(name) for name in _SETTINGS}, sort_keys=True, default=str).encode())
     for source in training_sources(params):
-        path = Path(source.path)
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for file in files:
-            try:
-                stat = file.stat()
-                digest.update(f"{file}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-            except OSError:
-                digest.update(f"{file}\0missing\n".encode())
+        try:
+            hash_contents(digest, source.path, names="full")  # the path too: the rows' locations name it
+        except OSError:
+            digest.update(f"{source.path}\0missing\n".encode())
     return digest.hexdigest()
 
 
