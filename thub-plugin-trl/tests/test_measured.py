@@ -132,3 +132,14 @@ def test_processed_rows_follow_the_overlong_policy(tiny_model: Path, tmp_path: P
     assert done.returncode == 0, done.stdout + done.stderr
     built = json.loads((out / "result.json").read_text())["built"]
     assert (built["examples"], built["tokens"], built["trained_tokens"], built["matches"]) == (2, 20, 16, True)
+
+
+def test_a_mismatch_on_rank_0_of_two_processes_is_the_same_refusal(tiny_model: Path, demo_data: Path,
+                                                                   tmp_path: Path) -> None:
+    """Under torchrun the exit code is torchrun's, not the child's 2: built.json decides."""
+    out = tmp_path / "ddp"
+    done = train(tiny_model, demo_data / "chat.jsonl", out, "--nproc-per-node", "2", "--effective-batch-size", "4",
+                 env=_dropping_library(tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "backend trl builds 63 examples; thub validated 64" in done.stderr
+    assert not out.exists()

@@ -535,10 +535,10 @@ def _supervise(resolved: ResolvedConfig, run_dir: RunDirectory, command: list[st
     elif supervisor.diverged:
         result = {**base, "status": "failed", "error": supervisor.diverged, "root_cause": [supervisor.diverged],
                   "final_checkpoint": None}
-    elif code == 2 and result is None and _refused(run_dir):
-        # the library built other data than thub validated, measured before step 1 (thub.runner.built)
-        message = _refused(run_dir)
-        result = {**base, "status": "failed", "error": message, "root_cause": [message], "final_checkpoint": None}
+    elif result is None and (refusal := _refused(run_dir)):
+        # the library built other data than thub validated, measured before step 1 (thub.runner.built);
+        # whatever the exit code (torchrun's, when rank 0 stopped for it)
+        result = {**base, "status": "failed", "error": refusal, "root_cause": [refusal], "final_checkpoint": None}
     elif supervisor.killed_by_signal is not None and not saved:
         name = signal.Signals(supervisor.killed_by_signal).name
         reason = (f"stopped at once by a second signal ({name}); no checkpoint was saved for the stop: "
