@@ -57,3 +57,46 @@ def test_a_config_nested_too_deeply_is_named_at_its_line(tmp_path: Path) -> None
     from thub.config.yamlfile import load_yaml
 
     assert load_yaml(shallow)[0]["lora_target_modules"] == [[["q_proj"]]]
+
+
+# item 12: one corrupt file never breaks a listing ------------------------------------------------
+
+def _run(directory: Path, loss_lines: str, created: float = 1.0) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "thub_run.json").write_text(json.dumps({"algorithm": "sft", "backend": "trl", "created": created,
+                                                         "parameters": {}}))
+    (directory / "training_metrics.jsonl").write_text(loss_lines)
+    return directory
+
+
+def test_history_list_skips_and_names_a_corrupt_run(tmp_path: Path) -> None:
+    good = _run(tmp_path / "good", '{"step": 1, "max_steps": 1, "loss": 2.5}\n')
+    binary = tmp_path / "binary"
+    binary.mkdir()
+    (binary / "thub_run.json").write_bytes(b"\xff\xfe{\x00\x9c")  # not UTF-8
+    odd = _run(tmp_path / "odd", "[1, 2]\n", created="yesterday")  # type: ignore[arg-type]
+    (odd / "result.json").write_text('{"status": "succeeded", "last_metrics": [1]}')
+    for extra in ((), ("--json",)):
+        done = thub("history", "list", str(tmp_path), *extra)
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr
+        assert f"warning: skipped {binary}" in done.stderr and "not UTF-8" in done.stderr, done.stderr
+        assert str(good) in done.stdout and str(odd) in done.stdout
+    listed = json.loads(thub("history", "list", str(tmp_path), "--json").stdout)["runs"]
+    assert {r["path"] for r in listed} == {str(odd), str(good)}
+    assert next(r for r in listed if r["path"] == str(odd))["started"] is None  # "yesterday" is not a time
+
+
+def test_plot_skips_non_finite_values_and_names_them(tmp_path: Path) -> None:
+    run = _run(tmp_path / "nan", '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": NaN}\n{"step": 3, "loss": 1.0}\n'
+                                 '{"step": 4, "loss": Infinity}\n')
+    other = _run(tmp_path / "fine", '{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.0}\n')
+    for extra in (("--ascii",), ("--json",), ("--ema", "0.5")):
+        done = thub("plot", str(run), str(other), *extra)
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr
+        metrics = run / "training_metrics.jsonl"
+        assert f"warning: {metrics}: loss is not a finite number at step 2, 4; skipped" in done.stderr, done.stderr
+    summary = json.loads(thub("plot", str(run), str(other), "--json").stdout)  # strict JSON: no NaN in it
+    first = summary["runs"][0]
+    assert first["points"] == 2 and first["last"] == 1.0

@@ -34,9 +34,11 @@ def _value(value: object) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON on stdout.")
 def list_runs(directory: str, as_json: bool) -> None:
     """Runs under DIRECTORY (default .): status, algorithm, backend, steps, final loss/reward, duration."""
-    from thub.insight.history import discover, summarise
+    from thub.insight.history import summarise_all
 
-    runs = sorted((summarise(p) for p in discover(directory)), key=lambda r: r["started"] or 0)
+    runs, skipped = summarise_all(directory)
+    for path, why in skipped:
+        click.echo(f"warning: skipped {path}: {why}", err=True)
     if as_json:
         emit_json({"schema_version": 1, "runs": runs})
         return

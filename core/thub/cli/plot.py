@@ -48,6 +48,9 @@ def plot(run_dirs: tuple[str, ...], metric: str | None, x_axis: str, ema_alpha: 
 
     series = load_series(list(run_dirs), metric=metric, x_axis=x_axis, labels=list(labels) or None,
                          ema_alpha=ema_alpha)
+    for s in series:
+        for warning in s.warnings:
+            click.echo(f"warning: {warning}", err=True)
     written = None
     error = None
     if output:

@@ -15,11 +15,24 @@ from thub.redact import redact, redact_entries
 
 
 def _read(path: Path) -> dict[str, Any] | None:
+    return _read_why(path)[0]
+
+
+def _read_why(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A JSON object file's content, or (None, why it is unusable); (None, None): no such file."""
     try:
         value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot read {path.name}: {exc.strerror}"
+    except UnicodeDecodeError:
+        return None, f"{path.name} is not UTF-8 text"
+    except ValueError as exc:  # json.JSONDecodeError
+        return None, f"{path.name} is not JSON ({exc})"
+    if not isinstance(value, dict):
+        return None, f"{path.name} is not a JSON object"
+    return value, None
 
 
 def _last_metrics(run: Path) -> dict[str, Any] | None:
@@ -28,10 +41,19 @@ def _last_metrics(run: Path) -> dict[str, Any] | None:
         return None
     for raw in reversed(path.read_text(errors="replace").splitlines()):
         try:
-            return json.loads(raw)
+            value = json.loads(raw)
         except json.JSONDecodeError:
             continue
+        if isinstance(value, dict):
+            return value
     return None
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, else None (a hand-edited record may hold anything)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
+        return None
+    return float(value)
 
 
 def discover(root: str | Path, depth: int = 3) -> list[Path]:
@@ -57,18 +79,20 @@ def discover(root: str | Path, depth: int = 3) -> list[Path]:
 def summarise(run: str | Path) -> dict[str, Any]:
     """Status, algorithm, backend, steps, final loss/reward, duration and start of one run."""
     run = Path(run)
-    record = _read(run / "thub_run.json")
+    record, why = _read_why(run / "thub_run.json")
     if record is None:
-        raise UsageError(f"{run}: not a thub run (no readable thub_run.json)")
+        raise UsageError(f"{run}: not a thub run ({why or 'no thub_run.json'})")
     result = _read(run / "result.json")
-    last = (result or {}).get("last_metrics") or _last_metrics(run) or {}
+    last = (result or {}).get("last_metrics")
+    last = last if isinstance(last, dict) and last else _last_metrics(run) or {}
     if result:
         status = str(result.get("status", "unknown"))
     else:
         status = "running or stopped"  # no result.json: in progress, or killed before writing it
-    duration = (result or {}).get("wall_seconds")
-    if duration is None and last.get("timestamp") and record.get("created"):
-        duration = round(float(last["timestamp"]) - float(record["created"]), 3)
+    created, stamp = _number(record.get("created")), _number(last.get("timestamp"))
+    duration = _number((result or {}).get("wall_seconds"))
+    if duration is None and stamp and created:
+        duration = round(stamp - created, 3)
     grpo = str(record.get("algorithm", "")).endswith("grpo")
     return {
         "name": run.name,
@@ -81,10 +105,23 @@ def summarise(run: str | Path) -> dict[str, Any]:
         "final_metric": "reward" if grpo else "loss",
         "final_value": last.get("reward" if grpo else "loss"),
         "duration_seconds": duration,
-        "started": record.get("created"),
+        "started": created,
         "final_checkpoint": (result or {}).get("final_checkpoint"),
         "trackers": _trackers(run),
     }
+
+
+def summarise_all(root: str | Path, depth: int = 3) -> tuple[list[dict[str, Any]], list[tuple[Path, str]]]:
+    """:func:`summarise` of every run under ``root`` (:func:`discover`), oldest first, and the
+    runs skipped because a file of theirs is unreadable, each with why: one corrupt file never
+    hides the other runs."""
+    runs, skipped = [], []
+    for path in discover(root, depth):
+        try:
+            runs.append(summarise(path))
+        except UsageError as exc:
+            skipped.append((path, str(exc).removeprefix(f"{path}: ")))
+    return sorted(runs, key=lambda r: r["started"] or 0), skipped
 
 
 def _trackers(run: Path) -> dict[str, Any]:

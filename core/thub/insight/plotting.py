@@ -13,6 +13,7 @@ the row index. matplotlib is imported only when an image is written.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,9 @@ class Series:
     ys: list[float]
     smoothed: list[float] | None = None
     notes: list[str] = field(default_factory=list)
+    #: what was left out of the file and why ("loss is not a finite number at step 2; skipped"):
+    #: printed on stderr whatever the output
+    warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         best = max(self.ys) if "reward" in self.metric or "accuracy" in self.metric else min(self.ys)
@@ -149,9 +153,16 @@ def default_metric(rows: list[dict[str, Any]], record: dict[str, Any] | None) ->
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A finite number, else None: a NaN or infinity (a foreign file's ``NaN``) is no point to draw."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def _non_finite(rows: list[dict[str, Any]], key: str) -> list[str]:
+    """Where ``key`` holds NaN or infinity: each row's step (or line number)."""
+    return [str(row.get("step", row.get("global_step", index + 1))) for index, row in enumerate(rows)
+            if isinstance(row.get(key), float) and not math.isfinite(row[key])]
 
 
 def extract(rows: list[dict[str, Any]], metric: str, x_axis: str,
@@ -220,6 +231,9 @@ def load_series(paths: list[str], *, metric: str | None = None, x_axis: str = "s
         xs, ys, key, notes = extract(rows, chosen, x_axis, str(source))
         item = Series(labels[index] if labels else default_label(path), str(path), str(source), chosen, key,
                       x_axis, xs, ys, notes=notes)
+        bad = _non_finite(rows, key)
+        if bad:
+            item.warnings.append(f"{source}: {key} is not a finite number at step {', '.join(bad)}; skipped")
         if ema_alpha is not None:
             item.smoothed = ema(ys, ema_alpha)
         series.append(item)
