@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jsonschema
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,7 @@ def test_plugins_json_lists_builtins(thub_cli) -> None:
     assert "thub_register_backends" in names["trl"]["hooks"]
 
 
+@pytest.mark.needs_backend("mini-trainer")  # the one osft backend
 def test_algorithms_and_backends_json(thub_cli) -> None:
     algorithms = {a["name"]: a for a in thub_cli("algorithms", "--json").json()["algorithms"]}
     assert algorithms["sft"]["backends"][0] == "trl"

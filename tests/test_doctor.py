@@ -132,7 +132,8 @@ def test_preflight_does_not_import_torch() -> None:
 
 
 def test_doctor_on_this_machine(real_registry: Registry) -> None:
-    result = doctor("--json")
+    # every real check, each given 600 s: a hang guard, so a busy machine cannot turn one into an error
+    result = doctor("--json", "--timeout", "600")
     data = json.loads(result.stdout)
     jsonschema.validate(data, REPORT_SCHEMA)
     by_id = {c["id"]: c for c in data["checks"]}
@@ -204,8 +205,12 @@ def test_tag_backend_and_exclude(fake_registry: Registry) -> None:
 
 
 def test_timeout_option_overrides(fake_registry: Registry) -> None:
-    data = json.loads(doctor("fake.ok", "fake.hang", "--timeout", "0.1", "--json").stdout)
+    # fake.hang's own timeout is 0.3 s and it sleeps 30 s; --timeout 3 replaces the 0.3 (and gives
+    # fake.ok 3 s, plenty on a busy machine)
+    data = json.loads(doctor("fake.ok", "fake.hang", "--timeout", "3", "--json").stdout)
     assert {c["id"]: c["status"] for c in data["checks"]} == {"fake.ok": "ok", "fake.hang": "error"}
+    hang = next(c for c in data["checks"] if c["id"] == "fake.hang")
+    assert "timed out after 3 s" in hang["summary"], hang
 
 
 def test_doctor_and_help_do_not_import_torch() -> None:

@@ -266,6 +266,7 @@ def test_every_backend_declares_a_memory_policy() -> None:
         assert spec.memory is not None and spec.memory.summary and spec.memory.source, name
 
 
+@pytest.mark.needs_backend("mini-trainer")
 def test_mini_trainer_policy_checkpoints_every_block_whatever_the_parameter() -> None:
     generic = _policy_estimate(None, gradient_checkpointing=False)
     mini = _policy_estimate("mini-trainer", gradient_checkpointing=False)
@@ -278,6 +279,7 @@ def test_mini_trainer_policy_checkpoints_every_block_whatever_the_parameter() ->
     assert _part(_policy_estimate("mini-trainer", use_liger=True), "logits") < _part(mini, "logits") / 4
 
 
+@pytest.mark.needs_backend("mini-trainer")
 def test_mini_trainer_estimate_brackets_the_measured_peak() -> None:
     # docs/performance-anchors.md: mini-trainer reported a 22.9 GB (21.3 GiB) peak for this run on an
     # H200; the generic loop said 45.6 GiB expected (+113 %). (Layout assumed: MHA, 3456-wide MLP.)
@@ -324,6 +326,7 @@ def test_colocated_rollout_engine_reserves_its_fraction() -> None:
     assert verl.setup.resolved_sharding() == "fsdp"  # the policy's FSDP actor, even on one GPU
 
 
+@pytest.mark.needs_backend("mini-trainer")
 def test_estimate_says_which_policy_it_applied(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(SMALL_LLAMA))
     code, out, err = _run("estimate", "sft", "--model-path", str(tmp_path), "--backend", "trl",

@@ -42,7 +42,7 @@ def test_gpu_only_check_is_not_applicable_without_a_gpu() -> None:
     check = json.loads(done.stdout)["checks"][0]
     assert check["status"] == "skip" and "not applicable" in check["summary"], check
     assert done.returncode == 0
-    human = thub("doctor", "--exclude-tag", "slow", env={"CUDA_VISIBLE_DEVICES": ""})
+    human = thub("doctor", "--exclude-tag", "slow", "--timeout", "600", env={"CUDA_VISIBLE_DEVICES": ""})  # hang guard
     assert "flash-attn --no-build-isolation" not in human.stdout + human.stderr
     assert human.returncode == 0, human.stdout + human.stderr
 
@@ -64,7 +64,7 @@ def test_backend_requirements_fix_never_conflicts_with_what_is_installed(thub_pl
     if Version(version("trl")) <= Version("1.15.0"):
         pytest.skip("needs trl > 1.15 installed (the trl backend's pin)")
     thub_plugin(("pinned", _PinnedOld()), entry_points=False)
-    result = thub_cli("doctor", "core.backend-requirements", "--json")
+    result = thub_cli("doctor", "core.backend-requirements", "--json", "--timeout", "600")  # a hang guard
     check = result.json()["checks"][0]
     assert check["status"] in ("warn", "fail"), check
     assert "thub install unsloth --into managed" in check["fix"], check["fix"]

@@ -245,7 +245,7 @@ def test_current_install_without_conflict_goes_in(pinned_env: dict, data_dir: Pa
 
 
 def test_doctor_check_matches_manifests(trl_env: dict, minitrainer_env: dict, pinned_env: dict, data_dir: Path) -> None:
-    done = thub("doctor", "--json", data_dir=data_dir, timeout=300)
+    done = thub("doctor", "--json", "--timeout", "600", data_dir=data_dir, timeout=900)  # hang guards
     checks = {c["id"]: c for c in json.loads(done.stdout)["checks"]}
     assert checks["core.managed-envs"]["status"] == "ok", checks["core.managed-envs"]
     assert all(name in checks["core.managed-envs"]["summary"] for name in ("trl", "mini-trainer", "pinned")), \

@@ -14,6 +14,7 @@ import zipfile
 from collections import Counter
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,22 +33,23 @@ def thub_register_backends(register):
                              requirements=("packaging<1", "click<1", "pyyaml<1", f"thub-surely-absent-{i}>=1")))
 """
 
-# Counts every read of a distribution's METADATA (PKG-INFO for an egg) in the process it runs in.
+# Counts every read of a distribution's METADATA (PKG-INFO for an egg) in the process it runs in, at
+# the file: importlib.metadata and its backport importlib_metadata (which, once a library imports it,
+# serves importlib.metadata.distributions() too) both read it with pathlib.Path.read_text.
 COUNTER = """
-import atexit, collections, json, os
-from importlib import metadata
+import atexit, collections, json, os, pathlib
 
 reads = collections.Counter()
-_read_text = metadata.PathDistribution.read_text
+_read_text = pathlib.Path.read_text
 
 
-def read_text(self, filename):
-    if filename in ("METADATA", "PKG-INFO"):
-        reads[str(self._path)] += 1
-    return _read_text(self, filename)
+def read_text(self, *args, **kwargs):
+    if self.name in ("METADATA", "PKG-INFO"):
+        reads[str(self.parent)] += 1
+    return _read_text(self, *args, **kwargs)
 
 
-metadata.PathDistribution.read_text = read_text
+pathlib.Path.read_text = read_text
 atexit.register(lambda: open(os.environ["READS_OUT"], "w").write(json.dumps(reads)))
 """
 
@@ -63,16 +65,16 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def metadata_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """How often each distribution's METADATA is read in this process from now on."""
+    """How often each distribution's METADATA is read in this process from now on (see COUNTER)."""
     reads: Counter[str] = Counter()
-    real = metadata.PathDistribution.read_text
+    real = Path.read_text
 
-    def read_text(self: metadata.PathDistribution, filename: str) -> str | None:
-        if filename in ("METADATA", "PKG-INFO"):
-            reads[str(self._path)] += 1  # type: ignore[attr-defined]  # the .dist-info folder
-        return real(self, filename)
+    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
+        if self.name in ("METADATA", "PKG-INFO"):
+            reads[str(self.parent)] += 1  # the .dist-info folder
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(metadata.PathDistribution, "read_text", read_text)
+    monkeypatch.setattr(Path, "read_text", read_text)
     return reads
 
 

@@ -54,7 +54,7 @@ def sft(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
 LONG = ("--max-steps", "5000", "--effective-batch-size", "2")  # stopped early by every test that uses it
 
 
-def wait_for_steps(out: Path, steps: int, process: subprocess.Popen[str], timeout: float = 120) -> None:
+def wait_for_steps(out: Path, steps: int, process: subprocess.Popen[str], timeout: float = 600) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if len(read_metrics(out / "training_metrics.jsonl")) >= steps:

@@ -85,11 +85,11 @@ def test_every_run_checks_its_checkpoints_and_doctor_reports_a_mismatch(tiny_mod
     assert len(check["checked"]) == 3 and check["mismatches"] == [] and "warnings" not in result
     assert "warning:" not in done.stderr
 
-    doctor = _thub("doctor", "--output-dir", str(out), "--json")
+    doctor = _thub("doctor", "--output-dir", str(out), "--json", "--timeout", "600")  # a hang guard
     checks = {c["id"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert checks["core.checkpoint-templates"]["status"] == "ok", checks["core.checkpoint-templates"]
 
     _strip_template(out / "checkpoints" / "checkpoint-1")  # as axolotl's stripped save did
-    doctor = _thub("doctor", "--output-dir", str(out), "--json")
+    doctor = _thub("doctor", "--output-dir", str(out), "--json", "--timeout", "600")  # a hang guard
     found = {c["id"]: c for c in json.loads(doctor.stdout)["checks"]}["core.checkpoint-templates"]
     assert found["status"] == "warn" and "checkpoint-1" in " ".join(found["details"]), found

@@ -242,7 +242,7 @@ def test_missing_package_in_the_backends_own_environment(tmp_path: Path) -> None
 def _thub(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("THUB_", "WANDB_", "MLFLOW_"))}
     return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True,
-                          env={**environ, **env}, timeout=120)
+                          env={**environ, **env}, timeout=600)  # a hang guard
 
 
 @pytest.mark.needs_module("mlflow")
@@ -274,14 +274,15 @@ def test_missing_tracker_package_stops_the_launch_with_the_install(tmp_path: Pat
 @pytest.mark.needs_module("mlflow")
 @pytest.mark.needs_backend("mini-trainer")
 def test_doctor_reports_tracker_packages_and_checks_env_configured_ones() -> None:
-    ok = _thub("doctor", "--backend", "mini-trainer", "core.trackers", "--json")
+    ok = _thub("doctor", "--backend", "mini-trainer", "core.trackers", "--json", "--timeout", "600")  # hang guard
     report = json.loads(ok.stdout)
     check = next(c for c in report["checks"] if c["id"] == "core.trackers")
     assert check["status"] == "ok", check
     details = "\n".join(check["details"])
     assert "TensorBoard:" in details and "logged by thub (parent process)" in details
     assert "MLflow:" in details and "logged by mini-trainer's library" in details
-    bad = _thub("doctor", "--backend", "trl", "core.trackers", THUB_MLFLOW_TRACKING_URI="http://127.0.0.1:9")
+    bad = _thub("doctor", "--backend", "trl", "core.trackers", "--timeout", "600",
+                THUB_MLFLOW_TRACKING_URI="http://127.0.0.1:9")
     assert bad.returncode == 1 and "unreachable" in bad.stdout + bad.stderr
 
 

@@ -15,7 +15,7 @@ import pytest
 def _thub(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("THUB_", "WANDB_", "MLFLOW_"))}
     return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True,
-                          env={**environ, **env}, timeout=120)
+                          env={**environ, **env}, timeout=600)  # a hang guard
 
 
 def _config(tmp_path: Path, tiny_model: Path, demo_data: Path, **trackers: str) -> Path:
@@ -30,7 +30,8 @@ def _config(tmp_path: Path, tiny_model: Path, demo_data: Path, **trackers: str) 
 def test_doctor_config_names_an_unreachable_store_and_a_missing_package(tmp_path: Path, tiny_model: Path,
                                                                         demo_data: Path, without_wandb: Path) -> None:
     config = _config(tmp_path, tiny_model, demo_data, mlflow_tracking_uri="http://127.0.0.1:9", wandb_project="p")
-    done = _thub("doctor", "--config", str(config), "core.trackers", "--json", PYTHONPATH=str(without_wandb),
+    done = _thub("doctor", "--config", str(config), "core.trackers", "--json", "--timeout", "600",
+                 PYTHONPATH=str(without_wandb),
                  WANDB_MODE="offline")
     assert done.returncode == 1, done.stdout + done.stderr
     check = next(c for c in json.loads(done.stdout)["checks"] if c["id"] == "core.trackers")
@@ -48,7 +49,7 @@ def test_doctor_config_names_an_unreachable_store_and_a_missing_package(tmp_path
 def test_doctor_config_ok_and_bad_file(tmp_path: Path, tiny_model: Path, demo_data: Path) -> None:
     config = _config(tmp_path, tiny_model, demo_data, tensorboard_log_dir=str(tmp_path / "tb"),
                      mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    done = _thub("doctor", "--config", str(config), "core.trackers", "--json")
+    done = _thub("doctor", "--config", str(config), "core.trackers", "--json", "--timeout", "600")  # hang guard
     assert done.returncode == 0, done.stdout + done.stderr
     check = next(c for c in json.loads(done.stdout)["checks"] if c["id"] == "core.trackers")
     assert check["summary"] == "TensorBoard, MLflow ready", check

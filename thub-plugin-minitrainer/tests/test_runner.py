@@ -143,7 +143,7 @@ class FakeMiniTrainer:
             time.sleep(0.05)
             if self.stop_after is not None and step == self.stop_after:
                 trigger = Path(TRIGGER_DIR) / os.environ["CHECKPOINT_TRIGGER_FILENAME"]
-                deadline = time.time() + 10
+                deadline = time.time() + 300  # a hang guard: thub asks once it has seen the signal
                 while not trigger.exists() and time.time() < deadline:
                     time.sleep(0.05)
                 assert trigger.exists(), "thub did not request the on-demand checkpoint"

@@ -174,7 +174,7 @@ def test_grpo_with_builtin_reward(algorithm: str, tiny_model: Path, demo_data: P
     assert_finished_run(out, reward=True)
 
 
-def _wait_for_steps(path: Path, steps: int, process: subprocess.Popen[str], timeout: float = 120) -> None:
+def _wait_for_steps(path: Path, steps: int, process: subprocess.Popen[str], timeout: float = 600) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if len(read_metrics(path)) >= steps:
@@ -233,12 +233,13 @@ def test_child_that_hangs_after_its_result_is_stopped(tiny_model: Path, demo_dat
     (tmp_path / "sitecustomize.py").write_text(
         "import atexit, os, time\n"
         "if os.environ.get('THUB_RUN_DIR'):\n"
-        "    atexit.register(lambda: time.sleep(600))\n"
+        "    atexit.register(lambda: time.sleep(3600))\n"
     )
     out = tmp_path / "hang"
-    # timeout=120 (a subprocess error past it) is the proof thub did not wait out the child's 600 s hang
+    # timeout=1200 (a subprocess error past it) is the proof thub did not wait out the child's hour-long
+    # hang, with room for a busy machine: the run itself takes seconds
     done = thub("train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "1",
-                env={"PYTHONPATH": str(tmp_path), "THUB_EXIT_GRACE": "2"}, timeout=120)
+                env={"PYTHONPATH": str(tmp_path), "THUB_EXIT_GRACE": "2"}, timeout=1200)
     assert done.returncode == 0, done.stderr
     result = assert_finished_run(out)
     assert "did not exit within 2 s" in result["note"]

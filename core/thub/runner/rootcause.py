@@ -75,3 +75,35 @@ def disk_full_cause(log_text: str, run_dir: str | Path) -> str | None:
     if free < DISK_FULL_BYTES:
         return f"disk full: {_ENOSPC_TEXT} on the filesystem of {run_dir} ({free} bytes free)"
     return None
+
+
+def peak_rss_kib(pid: int) -> int | None:
+    """The peak resident memory of process ``pid`` so far (``VmHWM`` in /proc; None elsewhere or
+    once it is gone): sampled by the supervisor while the child runs, so that the cause of a
+    kill by the OOM killer can say how much the trainer held."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def killed_by_signal_cause(code: int, peak_kib: int | None) -> str:
+    """The root cause of a child that a signal killed (exit code ``-N``), nobody having asked for
+    it: the OOM killer sends SIGKILL; any other signal is named as itself."""
+    import signal
+
+    number = -code
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    cause = f"the training process was killed by {name} (signal {number})"
+    if number == signal.SIGKILL:
+        cause += "; out of memory? (see `dmesg`)"
+    if peak_kib:
+        cause += f"; its peak memory was {peak_kib / 1024:,.0f} MiB"
+    return cause

@@ -36,7 +36,7 @@ from thub.runner.lock import RunLock
 from thub.runner.metrics import DivergenceWatch, MetricsTail, read_metrics, truncate_after
 from thub.runner.progress import Progress
 from thub.runner.result import write_result
-from thub.runner.rootcause import disk_full_cause, read_section, root_cause
+from thub.runner.rootcause import disk_full_cause, killed_by_signal_cause, peak_rss_kib, read_section, root_cause
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 from thub.runner.signals import RunSignals, early_reason, nothing_written, stopped_while_preparing
 from thub.selection import installed_version
@@ -165,6 +165,7 @@ class _Supervisor:
         self.diverged: str | None = None  # the "diverged at step K" message once it happened
         self.killed_by_signal: int | None = None  # the second signal that stopped the child at once
         self.log_offset = 0  # where this attempt's section of the log starts
+        self.peak_kib: int | None = None  # the child's peak resident memory, sampled while it runs
 
     def fire(self, kind: str, data: dict[str, Any]) -> None:
         try:
@@ -246,6 +247,7 @@ class _Supervisor:
                 diverged_since: float | None = None
                 while child.poll() is None:
                     self._pump()
+                    self.peak_kib = peak_rss_kib(child.pid) or self.peak_kib
                     if len(self.signals) > forwarded:
                         forwarded = len(self.signals)
                         self._forward(child.pid)
@@ -552,11 +554,16 @@ def _supervise(resolved: ResolvedConfig, run_dir: RunDirectory, command: list[st
         section = read_section(run_dir.log_file, supervisor.log_offset)  # this attempt's log, read once
         cause = root_cause(section)
         full = disk_full_cause(section, run_dir.path) if code not in (0, None) else None
+        # killed by a signal nobody here sent (the OOM killer): that is the cause, not the last log line
+        killed = (killed_by_signal_cause(code, supervisor.peak_kib)
+                  if code is not None and code < 0 and not supervisor.signals else None)
+        headline = full or killed
+        cause = [headline] if headline else cause
         result = {
             **base,
             "status": "interrupted" if supervisor.signals and result is None and code in (-15, 143) else "failed",
-            "error": full or (cause[-1] if cause else f"child exited with code {code}"),
-            "root_cause": [full] if full else cause,
+            "error": cause[-1] if cause else f"child exited with code {code}",
+            "root_cause": cause,
         }
         if full:
             removed = _drop_incomplete_checkpoints(run_dir, started)
