@@ -143,3 +143,16 @@ def test_a_mismatch_on_rank_0_of_two_processes_is_the_same_refusal(tiny_model: P
     assert done.returncode == 2, done.stdout + done.stderr
     assert "backend trl builds 63 examples; thub validated 64" in done.stderr
     assert not out.exists()
+
+
+def test_grpo_counts_the_prompts_grpo_trainer_built(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "grpo"
+    done = thub("train", "grpo", "--backend", "trl", "--model-path", str(tiny_model), "--data-path",
+                str(demo_data / "grpo.jsonl"), "--ckpt-output-dir", str(out), "--max-steps", "1", "--group-size", "2",
+                "--prompt-batch-size", "2", "--max-tokens", "4", "--reward", "math",
+                "--set", "save_final_checkpoint=false")
+    assert done.returncode == 0, done.stderr
+    built = json.loads((out / "result.json").read_text())["built"]
+    prompts = sum(1 for line in (demo_data / "grpo.jsonl").read_text().splitlines() if line.strip())
+    assert (built["examples"], built["expected"]["examples"], built["matches"]) == (prompts, prompts, True)
+    assert built["trained_tokens"] is None and built["samples_per_step"] == 4  # prompts x group size
