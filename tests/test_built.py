@@ -133,3 +133,13 @@ def test_an_example_thub_did_not_validate_is_named_by_its_place() -> None:
     assert found["matches"] is False and found["first_location"] is None
     assert found["difference"] == ("builds 3 examples; thub validated 2; the library's example 2 (7 trained tokens) "
                                    "is none of the validated ones")
+
+
+def test_the_sdk_documents_report_built() -> None:
+    """The call for backends not built on transformers.Trainer is part of the documented SDK."""
+    import thub.backend
+
+    text = (Path(__file__).parents[1] / "docs" / "writing-plugins.md").read_text()
+    assert "context.report_built(labels, by=" in text and "allow_data_mismatch" in text
+    assert {"DataMismatch", "collated_labels"} <= set(thub.backend.__all__)
+    assert thub.backend.DataMismatch.__mro__[1].__name__ == "UsageError"  # exit 2, no traceback

@@ -155,12 +155,12 @@ def print_comparison(document: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (for scripts).")
 def compare(algorithm: str, backend_list: str, config: str | None, overrides: tuple[str, ...], steps: int,
             out: str | None, as_json: bool) -> None:
-    """\b
-    Prints per backend: examples, trained tokens (and whether each example's mask agrees), samples
+    """Prints per backend: examples, trained tokens (and whether each example's mask agrees), samples
     per optimizer step, learning rate, loss and grad norm at each step, tokens/s and the time to the
     first step; then the first thing that differs and why, where thub knows. Exit 0 whether or not
     they differ (read the differences, or `--json`), 1 if a run failed, 2 on bad input.
 
+    \b
     Example:
       thub compare sft --backends trl,llamafactory --config examples/configs/sft.yaml --out runs/cmp
     """
