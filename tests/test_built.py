@@ -143,3 +143,12 @@ def test_the_sdk_documents_report_built() -> None:
     assert "context.report_built(labels, by=" in text and "allow_data_mismatch" in text
     assert {"DataMismatch", "collated_labels"} <= set(thub.backend.__all__)
     assert thub.backend.DataMismatch.__mro__[1].__name__ == "UsageError"  # exit 2, no traceback
+
+
+def test_data_thub_cannot_mask_keeps_no_expected_counts(edge_cases: Path, tmp_path: Path) -> None:
+    """overlong=error with an overlong row: the backend's own preparation refuses it, as before;
+    the parent keeps nothing to compare against (the run records its measurement as not compared)."""
+    params = _params(edge_cases / "chat.jsonl", tmp_path / "run", overlong="error")
+    data = validate_training_data(params)
+    assert save_expected(params, data, tmp_path / "kept") is None
+    assert not (tmp_path / "kept" / "expected.json").exists()

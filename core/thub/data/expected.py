@@ -129,8 +129,9 @@ def save_expected(params: Mapping[str, Any], data: Any, directory: str | Path) -
     """Compute the expected counts of ``data`` (a :class:`thub.data.training.TrainingData`) and keep
     them in ``directory`` (atomically), unless counts with the same key are kept there already.
 
-    A tokenizer that cannot be loaded here (no local files) keeps nothing: the run then records
-    what the library built without comparing it.
+    A tokenizer that cannot be loaded here (no local files), or data thub cannot mask (a chat
+    template it refuses, ``overlong: error`` with an overlong row), keeps nothing: the run then
+    records what the library built without comparing it.
     """
     key = expected_key(params, data.key)
     kept = load_expected(directory, key)
@@ -146,7 +147,12 @@ def save_expected(params: Mapping[str, Any], data: Any, directory: str | Path) -
                                        trust_remote_code=bool(params.get("trust_remote_code")))
         except Exception:  # noqa: BLE001 - e.g. a hub id without network: nothing to compare against
             return None
-        counts = expected_counts(params, data.rows, data.locations, data.kind, tokenizer)
+        try:
+            counts = expected_counts(params, data.rows, data.locations, data.kind, tokenizer)
+        except UsageError:
+            # thub cannot build its masks here (a template it cannot render, overlong=error): the
+            # backend's own preparation reports that as it always did; nothing to compare against
+            return None
     if counts is None:
         return None
     from thub.fileio import write_text_atomic
