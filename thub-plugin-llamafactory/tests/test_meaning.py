@@ -103,7 +103,11 @@ def test_every_edge_case_row_trained_with_thubs_tokens_and_masks(lf_env: dict, t
     extra = ["--max-seq-len", str(edge_cases_max_seq_len), *(["--unmask-messages"] if unmask else [])]
     done = train(lf_env, tiny_model, data, out, *extra)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert json.loads((out / "result.json").read_text())["status"] == "succeeded"
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "succeeded"
+    # measured from LLaMA-Factory's own Trainer (its dataset through its collator), before step 1
+    assert result["built"]["by"].startswith("llamafactory 0.9.5 (SFTDataCollatorWith4DAttentionMask")
+    assert (result["built"]["examples"], result["built"]["matches"], result["built"]["masks_equal"]) == (10, True, True)
     expected = thub_chat(tiny_model, data, edge_cases_max_seq_len, unmask)
     assert len(expected) == 10
     assert num_examples(out) == 10  # LLaMA-Factory's own count: every row the user validated
@@ -173,6 +177,8 @@ def test_pretraining_blocks_are_thubs_blocks_with_a_bos_adding_tokenizer(lf_env:
     rows = load_sources(training_sources({"data_path": str(data)}))[0].rows
     expected = pretraining_blocks(rows, tokenizer, 64)
     assert num_examples(out) == len(expected)
+    measured = json.loads((out / "result.json").read_text())["built"]
+    assert (measured["examples"], measured["matches"]) == (len(expected), True)
     built = built_by_llamafactory(lf_env, out, tmp_path)
     assert [row["input_ids"] for row in built] == [row["input_ids"] for row in expected]
 
@@ -226,3 +232,18 @@ def load_from_saved(out: Path) -> list[dict[str, Any]]:
     from datasets import load_from_disk
 
     return [dict(row) for row in load_from_disk(str(out / "llamafactory" / "tokenized"))["validation"]]
+
+
+def test_pre_tokenized_rows_under_the_overlong_policy(lf_env: dict, tiny_model: Path, edge_cases: Path,
+                                                      edge_cases_max_seq_len: int, tmp_path: Path) -> None:
+    """Pre-tokenized rows (once refused) train as given; ``overlong: drop`` (once not honoured)
+    leaves out the one longer than max_seq_len, as thub's policy says."""
+    samples = thub_chat(tiny_model, edge_cases / "chat.jsonl", 4096, unmask=False)
+    data = tmp_path / "processed.jsonl"
+    data.write_text("".join(json.dumps(sample) + "\n" for sample in samples))
+    out = tmp_path / "processed"
+    done = train(lf_env, tiny_model, data, out, "--max-seq-len", str(edge_cases_max_seq_len), "--overlong", "drop")
+    assert done.returncode == 0, done.stderr[-4000:]
+    kept = [s for s in samples if len(s["input_ids"]) <= edge_cases_max_seq_len]
+    assert len(kept) == len(samples) - 1 and num_examples(out) == len(kept)
+    assert built_by_llamafactory(lf_env, out, tmp_path) == kept

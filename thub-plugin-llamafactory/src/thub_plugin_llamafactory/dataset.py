@@ -9,7 +9,7 @@ that (``llamafactory/data/loader.py``), so thub hands it exactly the tokens it v
 
 * chat rows: :func:`thub.backend.tokenize_chat` (the model's chat template, thub's assistant
   mask, ``unmask_messages`` and per-row ``unmask``: every token, the ``overlong`` policy);
-* pre-tokenized rows: as given;
+* pre-tokenized rows: as given, under the ``overlong`` policy (``processed_samples``);
 * documents: :func:`thub.backend.pretraining_blocks` (joined with EOS, cut into ``block_size``
   blocks);
 * ``packing``: LLaMA-Factory's own ``greedy_knapsack`` over thub's examples, laid out as its
@@ -46,7 +46,7 @@ def load_backend_tokenizer(params: dict[str, Any]) -> Any:
 def thub_examples(data: TrainingData, tokenizer: Any, params: dict[str, Any], pretraining: bool,
                   ) -> tuple[list[dict[str, list[int]]], list[str]]:
     """``{"input_ids", "labels"}`` per example as thub builds them, and thub's report lines."""
-    from thub.backend import pretraining_blocks, tokenize_chat
+    from thub.backend import pretraining_blocks, processed_samples, tokenize_chat
 
     rows = data.rows
     if pretraining:
@@ -55,8 +55,9 @@ def thub_examples(data: TrainingData, tokenizer: Any, params: dict[str, Any], pr
         except ValueError as exc:
             raise UsageError(f"block_size: {exc}") from None
         return blocks, [f"thub: {len(blocks)} blocks of {params['block_size']} tokens from {len(rows)} documents"]
-    if rows and "input_ids" in rows[0]:
-        return [{"input_ids": list(r["input_ids"]), "labels": list(r["labels"])} for r in rows], []
+    if rows and "input_ids" in rows[0]:  # already tokenized rows under the run's overlong policy
+        samples, _origin = processed_samples(rows, params["max_seq_len"], params["overlong"], data.locations)
+        return samples, [f"thub: {len(samples)} of {len(rows)} pre-tokenized samples kept"]
     samples, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=bool(params.get("unmask_messages")),
                                    overlong=params["overlong"], locations=data.locations)
     lines = [f"thub: tokenized {len(samples)} of {len(rows)} samples with the model's chat template"]

@@ -74,10 +74,12 @@ def run(context: RunContext) -> dict[str, Any]:
     if context.resume_from:  # thub's decision, never LLaMA-Factory's own checkpoint detection
         args.update({"resume_from_checkpoint": context.resume_from, "overwrite_output_dir": False})
     plan = {**plan, "args": args}
-    for line in write_inputs(context, plan):
-        print(line, flush=True)
-    print(f"thub: wrote {plan['data']['tokenized_path']} and {plan['config_file']} for LLaMA-Factory "
-          f"(same run by hand: {plan['command']})", flush=True)
+    lines = write_inputs(context, plan)
+    if context.is_main:
+        for line in lines:
+            print(line, flush=True)
+        print(f"thub: wrote {plan['data']['tokenized_path']} and {plan['config_file']} for LLaMA-Factory "
+              f"(same run by hand: {plan['command']})", flush=True)
 
     run_exp = _import_run_exp()
     run_exp(args, callbacks=[metrics_callback(context)])
