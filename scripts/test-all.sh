@@ -53,10 +53,12 @@ python -m pip install --quiet --no-deps --upgrade --target build/openpipe-art-0.
 python -m pip install --quiet --no-deps -e ./thub-plugin-llamafactory
 # axolotl: the plugin only (axolotl 0.19 pins transformers==5.16.1 and pulls 4.3 GB; its real runs
 # need its managed environment, not built here), and the axolotl 0.19.0 wheel unpacked without
-# dependencies outside the venv plus addict and colorama (15 MB): the tests validate the generated
-# configs with axolotl's own validate_config and tokenize the demo data with its chat_template strategy.
+# dependencies outside the venv plus the few modules its config and data code import (addict, colorama;
+# posthog, six, backoff for its telemetry module; 16 MB): the tests validate the generated configs with
+# axolotl's own validate_config and run its own data preparation (prepare_datasets) on what thub writes.
 python -m pip install --quiet --no-deps -e ./thub-plugin-axolotl
-python -m pip install --quiet --no-deps --upgrade --target build/axolotl-0.19.0 "axolotl==0.19.0" "addict==2.4.0" "colorama==0.4.6"
+python -m pip install --quiet --no-deps --upgrade --target build/axolotl-0.19.0 "axolotl==0.19.0" "addict==2.4.0" \
+    "colorama==0.4.6" "posthog==6.7.11" "six==1.17.0" "backoff==2.2.1"
 # Training Hub 0.11.2 (the system thub replaces), unpacked without dependencies outside the venv:
 # tests/test_training_hub_names.py reads its public functions' signatures and callback hooks with
 # `ast` (153 kB; nothing imported: it would pull instructlab-training, mini-trainer, torch, ...).

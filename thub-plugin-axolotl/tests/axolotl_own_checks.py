@@ -22,7 +22,8 @@ FIELDS = ("base_model", "micro_batch_size", "gradient_accumulation_steps", "batc
           "sample_packing", "num_epochs", "max_steps", "learning_rate", "lr_scheduler", "adapter", "lora_r",
           "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_linear", "peft_use_rslora",
           "val_set_size", "save_strategy", "save_steps", "output_dir", "chat_template", "plugins", "bf16",
-          "world_size", "eval_steps", "warmup_steps", "weight_decay", "adam_beta1", "seed")
+          "world_size", "eval_steps", "warmup_steps", "weight_decay", "adam_beta1", "seed", "excess_length_strategy",
+          "min_sample_len", "shuffle_merged_datasets", "auto_resume_from_checkpoints", "dataset_num_proc")
 CPU = {"bf16": False, "fp8": False, "tf32": False, "n_gpu": 0, "n_node": 1, "compute_capability": None}
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from thub_plugin_axolotl.runner import axolotl_rows
 
 from thub.config.resolve import resolve
 from thub.errors import UsageError
@@ -59,11 +58,17 @@ def test_sft_config() -> None:
     # unset: axolotl's own scheduler (its schema's cosine; test_axolotl_validates_the_translation checks it)
     assert "lr_scheduler" not in config
     assert _plan("sft", lr_scheduler="constant")["config"]["lr_scheduler"] == "constant"
-    dataset = config["datasets"][0]
-    assert dataset["type"] == "chat_template" and dataset["field_messages"] == "messages"
-    assert dataset["message_property_mappings"] == {"role": "role", "content": "content"}
-    assert dataset["roles_to_train"] == ["system", "user", "assistant", "tool"]
-    assert _plan("sft")["config"]["datasets"][0]["roles_to_train"] == ["assistant"]
+    # thub's tokenized examples, used by axolotl as they are (no type: its pre-tokenized path)
+    assert config["datasets"] == [{"path": "out/axolotl/train.jsonl", "ds_type": "json"}]
+    assert plan["data"]["tokenized_by"] == "thub" and plan["data"]["unmask_messages"] is True
+    # nothing thub keeps is left out: thub applied overlong; axolotl keeps 1-token examples and thub's order
+    assert (config["excess_length_strategy"], config["min_sample_len"], config["shuffle_merged_datasets"]) == (
+        "truncate", 1, False)
+    assert [_plan("sft", overlong=o)["config"]["excess_length_strategy"] for o in ("drop", "error")] == [
+        "drop", "raise"]
+    assert _plan("sft", overlong="drop")["data"]["overlong"] == "drop"
+    # thub decides whether a run resumes: axolotl never picks a checkpoint itself (issue 25 item 6)
+    assert config["auto_resume_from_checkpoints"] is False and "resume_from_checkpoint" not in config
     assert "adapter" not in config and config["plugins"] == ["thub_plugin_axolotl.hooks.ThubPlugin"]
     assert plan["command"] == "python -m axolotl.cli.train out/axolotl/config.yaml"
     assert _plan("sft", nproc_per_node=2)["command"] == (
@@ -76,8 +81,7 @@ def test_lora_pretraining_and_liger() -> None:
         "lora", 4, ["q_proj"], True)
     assert _plan("lora_sft")["config"]["lora_target_linear"] is True
     pre = _plan("sft", is_pretraining=True, block_size=64)["config"]
-    assert pre["datasets"][0] == {"path": "out/axolotl/train.jsonl", "ds_type": "json", "type": "completion",
-                                  "field": "text"}
+    assert pre["datasets"][0] == {"path": "out/axolotl/train.jsonl", "ds_type": "json"}
     assert pre["sequence_len"] == 64
     liger = _plan("sft", use_liger=True)["config"]
     assert "axolotl.integrations.liger.LigerPlugin" in liger["plugins"] and liger["liger_rms_norm"] is True
@@ -104,19 +108,8 @@ def test_batch_that_does_not_divide_is_an_error() -> None:
 
 
 def test_unhonoured_parameter_is_rejected() -> None:
-    with pytest.raises(UsageError, match="overlong"):
-        _plan("sft", overlong="drop")
-
-
-def test_rows_keep_tool_calls_and_reject_what_axolotl_cannot_take() -> None:
-    row = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "content": "r"},
-        {"role": "assistant", "content": "a"}]}
-    assert axolotl_rows([row], ["d:1"], pretraining=False, unmask_all=False) == [row]
-    with pytest.raises(UsageError, match="d:1: unmask"):
-        axolotl_rows([{**row, "unmask": True}], ["d:1"], pretraining=False, unmask_all=False)
-    with pytest.raises(UsageError, match="d:2: pre-tokenized"):
-        axolotl_rows([{"input_ids": [1], "labels": [1]}], ["d:2"], pretraining=False, unmask_all=False)
+    with pytest.raises(UsageError, match="max_tokens_per_gpu"):
+        _plan("sft", max_tokens_per_gpu=1000)
 
 
 def _axolotl_checks(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -147,35 +140,53 @@ def test_axolotl_validates_the_translation(tiny_model: Path) -> None:
     assert (sft["max_steps"], sft["save_strategy"], sft["save_steps"], sft["eval_steps"]) == (7, "steps", 3, 5)
     assert sft["val_set_size"] == 0.1 and sft["world_size"] == 1 and sft["bf16"] is False
     assert sft["lr_scheduler"] == "cosine"  # lr_scheduler unset: axolotl's default, as the README says
-    assert sft["dataset"]["type"] == "chat_template" and sft["dataset"]["roles_to_train"] == ["assistant"]
-    assert sft["dataset"]["message_property_mappings"] == {"role": "role", "content": "content"}
+    assert sft["dataset"]["type"] is None and sft["dataset"]["ds_type"] == "json"
+    assert (sft["excess_length_strategy"], sft["min_sample_len"], sft["shuffle_merged_datasets"],
+            sft["auto_resume_from_checkpoints"]) == ("truncate", 1, False, False)
     assert "error" not in lora, lora
     assert (lora["adapter"], lora["lora_r"], lora["lora_alpha"], lora["lora_target_modules"],
             lora["peft_use_rslora"]) == (
         "lora", 4, 8, ["q_proj", "v_proj"], True)
     assert (lora["micro_batch_size"], lora["gradient_accumulation_steps"]) == (2, 1)
     assert "error" not in pre, pre
-    assert (pre["dataset"]["type"], pre["dataset"]["field"], pre["sequence_len"], pre["sample_packing"]) == (
-        "completion", "text", 64, True)
+    assert (pre["dataset"]["type"], pre["sequence_len"], pre["sample_packing"]) == (None, 64, True)
     assert "ValidationError" in rejected["error"] and "sequence_len" in rejected["error"]
 
 
-@pytest.mark.slow
-def test_mask_comparison_with_thub_on_the_demo_data(tiny_model: Path, demo_data: Path) -> None:
-    """axolotl's own chat_template strategy on every demo conversation vs thub's assistant mask."""
+def _preview(tiny_model: Path, files: list[Path], *extra: str) -> list[dict[str, Any]]:
     if not AXOLOTL.is_dir():
         pytest.skip(f"{AXOLOTL} missing")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
     environ.update({"PYTHONPATH": str(AXOLOTL), "CUDA_VISIBLE_DEVICES": "", "AXOLOTL_DO_NOT_TRACK": "1"})
     done = subprocess.run([sys.executable, "-m", "thub", "data", "preview", "--model", str(tiny_model),
-                           str(demo_data / "chat.jsonl"), str(demo_data / "sharegpt.jsonl"), "-n", "1000",
-                           "--backend", "axolotl", "--json"], capture_output=True, text=True, env=environ, timeout=600)
+                           *map(str, files), "-n", "1000", "--backend", "axolotl", "--json", *extra],
+                          capture_output=True, text=True, env=environ, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    examples = json.loads(done.stdout)["examples"]
+    return json.loads(done.stdout)["examples"]
+
+
+@pytest.mark.slow
+def test_mask_comparison_with_thub_on_the_demo_data(tiny_model: Path, demo_data: Path) -> None:
+    """axolotl's own data preparation on every demo conversation vs thub's assistant mask."""
+    examples = _preview(tiny_model, [demo_data / "chat.jsonl", demo_data / "sharegpt.jsonl"])
     assert len(examples) == 80 and all("comparison" in e for e in examples)
-    # measured: axolotl (roles_to_train [assistant], train_on_eos turn) trains exactly thub's tokens
     assert [e for e in examples if not e["comparison"]["equal"]] == []
     assert all(e["backend"]["trained_tokens"] == e["trained_tokens"] for e in examples)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("unmask", [False, True])
+def test_preview_on_the_edge_cases_shows_thubs_tokens(unmask: bool, tiny_model: Path, edge_cases: Path,
+                                                      edge_cases_max_seq_len: int) -> None:
+    """``thub data preview --backend axolotl`` shows what axolotl trains: on tool calls, odd turn
+    orders, Unicode, per-row unmask and the overlong row (cut), thub's tokens, no row dropped."""
+    examples = _preview(tiny_model, [edge_cases / "chat.jsonl"], "--max-seq-len", str(edge_cases_max_seq_len),
+                        *(["--unmask"] if unmask else []))
+    assert len(examples) == 10 and [e for e in examples if not e["comparison"]["equal"]] == []
+    assert all(e["backend"]["tokens"] == e["tokens"] for e in examples)
+    assert examples[6]["backend"]["tokens"] == edge_cases_max_seq_len
+    if unmask:
+        assert all(e["backend"]["trained_tokens"] == e["backend"]["tokens"] for e in examples)
 
 
 def test_slurm_dry_run_splits_the_global_batch_over_nodes(tmp_path: Path) -> None:

@@ -1,15 +1,18 @@
 """The axolotl run, inside thub's supervised child process.
 
-thub validates, normalises and mixes the data and writes it as ``{"messages": [...]}`` rows (or
-``{"text"}`` documents) that the generated ``datasets:`` entry describes, writes ``config.yaml``,
-then runs axolotl's own entry points in this process: ``axolotl.cli.config.load_cfg`` (its pydantic
-validation, normalisation and plugin loading) and ``axolotl.cli.train.do_train``. thub's Trainer
-callback reaches axolotl's trainer through the ``ThubPlugin`` axolotl plugin (``hooks.py``).
-axolotl (and with it torch) is imported here only.
+thub validates, normalises and mixes the data, tokenizes it itself (:func:`thub_examples`: the
+model's chat template with thub's masks and ``overlong`` policy, or documents joined with EOS into
+``block_size`` blocks) and writes the examples as ``{"input_ids", "attention_mask", "labels"}``
+rows, which axolotl's data loading uses as they are (the generated ``datasets:`` entry has no
+``type``). It writes ``config.yaml``, then runs axolotl's own entry points in this process:
+``axolotl.cli.config.load_cfg`` (its pydantic validation, normalisation and plugin loading) and
+``axolotl.cli.train.do_train``. thub's Trainer callback reaches axolotl's trainer through the
+``ThubPlugin`` axolotl plugin (``hooks.py``). axolotl (and with it torch) is imported here only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -19,44 +22,68 @@ from thub.backend import RunContext, UsageError, write_text_atomic
 from thub_plugin_axolotl.translate import translate
 
 
-def axolotl_rows(rows: list[dict[str, Any]], locations: list[str], pretraining: bool,
-                 unmask_all: bool) -> list[dict[str, Any]]:
-    """thub's canonical rows as the JSONL rows the generated ``datasets:`` entry describes.
+def thub_examples(rows: list[dict[str, Any]], locations: list[str], tokenizer: Any,
+                  data: dict[str, Any]) -> tuple[list[dict[str, list[int]]], list[str]]:
+    """``{"input_ids", "attention_mask", "labels"}`` per example as thub trains ``rows`` under the
+    plan's data settings (``data``: mode, max_seq_len, overlong, unmask_messages, block_size), and
+    thub's report lines.
 
-    Messages keep ``tool_calls``, ``name`` and ``reasoning_content``: axolotl's chat_template
-    strategy passes every message field the chat template uses on to it.
+    Chat rows: thub's :func:`thub.backend.tokenize_chat` (the model's chat template, thub's mask,
+    ``unmask_messages`` and a row's ``unmask``: every token; the ``overlong`` policy, each cut or
+    dropped row counted). Documents: :func:`thub.backend.pretraining_blocks`. Pre-tokenized rows:
+    :func:`thub.backend.processed_samples` (the same overlong policy).
     """
-    if pretraining:
-        return [{"text": row["document"]} for row in rows]
-    out = []
-    for i, row in enumerate(rows):
-        where = locations[i] if i < len(locations) else f"row {i + 1}"
-        if "input_ids" in row:
-            raise UsageError(f"{where}: pre-tokenized rows (input_ids/labels): thub gives axolotl conversations "
-                             "to tokenize with the chat template; give chat or document data")
-        if row.get("unmask") and not unmask_all:
-            raise UsageError(f"{where}: unmask: thub sets axolotl's roles_to_train for the whole dataset; "
-                             "set unmask_messages instead")
-        out.append({"messages": row["messages"]})
-    return out
+    from thub.backend import pretraining_blocks, processed_samples, tokenize_chat
+
+    lines: list[str] = []
+    if data["mode"] == "pretraining":
+        try:
+            examples = pretraining_blocks(rows, tokenizer, data["block_size"])
+        except ValueError as exc:
+            raise UsageError(f"block_size: {exc}") from None
+        lines.append(f"thub: {len(examples)} blocks of {data['block_size']} tokens from {len(rows)} documents")
+    elif rows and "input_ids" in rows[0]:
+        examples, _origin = processed_samples(rows, data["max_seq_len"], data["overlong"], locations)
+    else:
+        examples, stats = tokenize_chat(rows, tokenizer, data["max_seq_len"], unmask=data["unmask_messages"],
+                                        overlong=data["overlong"], locations=locations)
+        lines.append(f"thub: tokenized {len(examples)} of {len(rows)} samples with the model's chat template")
+        lines += [f"thub: WARNING: {warning}" for warning in stats.warnings()]
+    # axolotl takes a dataset as pre-tokenized only with all three columns
+    return [{**e, "attention_mask": [1] * len(e["input_ids"])} for e in examples], lines
 
 
-def write_inputs(context: RunContext, plan: dict[str, Any]) -> int:
-    """The data file and config.yaml axolotl reads; returns the row count."""
+def write_files(plan: dict[str, Any], examples: list[dict[str, list[int]]], resume_from: str | None) -> str:
+    """Write ``examples`` where the plan's dataset entry reads them, and the config.yaml axolotl
+    reads; returns the config file's path."""
     import yaml
 
-    params, resume_from = context.params, context.resume_from
-    validated = context.data()  # the rows thub validated before the run (datasets and mixing applied)
-    data = axolotl_rows(validated.rows, validated.locations, plan["data"]["mode"] == "pretraining",
-                        bool(params.get("unmask_messages")))
+    text = "".join(json.dumps(e) + "\n" for e in examples)
     config = dict(plan["config"])
+    # axolotl keys its prepared-dataset cache by the config, not the file's content: a folder per
+    # content, so that a run over changed data (a --resume after an edit) never trains the old examples
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    config["dataset_prepared_path"] = f"{config['dataset_prepared_path']}/{digest}"
     if resume_from:
         config["resume_from_checkpoint"] = resume_from
     # every rank writes the same content; atomically, so that none reads a half-written file
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data)
-    write_text_atomic(Path(plan["data"]["file"]), lines, parents=True)
+    write_text_atomic(Path(plan["data"]["file"]), text, parents=True)
     write_text_atomic(Path(plan["config_file"]), yaml.safe_dump(config, sort_keys=False), parents=True)
-    return len(data)
+    return str(plan["config_file"])
+
+
+def write_inputs(context: RunContext, plan: dict[str, Any]) -> list[str]:
+    """thub's tokenized examples and the config.yaml axolotl reads; returns thub's report lines."""
+    from thub.backend import load_tokenizer
+
+    params = context.params
+    validated = context.data()  # the rows thub validated before the run (datasets and mixing applied)
+    tokenizer = load_tokenizer(params["model_path"], trust_remote_code=bool(params.get("trust_remote_code")))
+    examples, lines = thub_examples(validated.rows, validated.locations, tokenizer, plan["data"])
+    if not examples:
+        raise UsageError("no example left to train on after tokenizing (see the warnings above)")
+    write_files(plan, examples, context.resume_from)
+    return lines
 
 
 def run(context: RunContext) -> dict[str, Any]:
@@ -64,9 +91,10 @@ def run(context: RunContext) -> dict[str, Any]:
     params = context.params
     plan = translate(context.algorithm, params)
     os.environ.update(plan["environment"])
-    count = write_inputs(context, plan)
-    print(f"thub: wrote {count} rows and {plan['config_file']} for axolotl (same run by hand: {plan['command']})",
-          flush=True)
+    for line in write_inputs(context, plan):
+        print(line, flush=True)
+    print(f"thub: wrote {plan['data']['file']} and {plan['config_file']} for axolotl (same run by hand: "
+          f"{plan['command']})", flush=True)
 
     from axolotl.cli.args import TrainerCliArgs
     from axolotl.cli.config import load_cfg

@@ -1,7 +1,11 @@
 """thub parameters -> an axolotl config. Pure Python: no axolotl import.
 
-The runner writes exactly this config to ``{ckpt_output_dir}/axolotl/config.yaml`` and hands it to
-axolotl (``load_cfg`` -> ``do_train``), so ``--dry-run`` shows what axolotl will read. The tests
+The runner writes this config to ``{ckpt_output_dir}/axolotl/config.yaml`` and hands it to axolotl
+(``load_cfg`` -> ``do_train``), so ``--dry-run`` shows what axolotl will read; the runner adds only
+``resume_from_checkpoint`` (``--resume``) and a sub-folder of ``dataset_prepared_path`` named by the
+tokenized data's hash (axolotl keys that cache by config, not content). The data is thub's own
+tokenized examples (``data`` in the plan says how they are built), so no axolotl prompt strategy
+decides what is trained. The tests
 validate it with axolotl's own pydantic schema (``axolotl.utils.config.validate_config``), which
 OpenThoughts' launcher never called. Every honoured parameter is mapped in the README.
 """
@@ -25,7 +29,7 @@ _SFT = frozenset({
     "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",
     "logging_steps", "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",
     "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name",
-    "unmask_messages", "packing", "use_liger", "validation_split", "validation_frequency",
+    "unmask_messages", "overlong", "packing", "use_liger", "validation_split", "validation_frequency",
     "is_pretraining", "block_size", "document_column_name",
 })
 _LORA = frozenset({"lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora"})
@@ -37,23 +41,23 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "lora_sft": {"num_epochs": 1, "learning_rate": 2e-4, "max_seq_len": 1024, "effective_batch_size": 8},
 }
 
+DATA_NOTE = ("thub tokenizes the rows itself (the model's chat template, thub's masks and overlong policy; "
+             "documents joined with EOS into block_size blocks) and axolotl trains those input_ids/labels as "
+             "they are: no axolotl prompt strategy runs")
+
 #: The largest per-device batch (micro_batch_size) thub chooses when splitting effective_batch_size.
 MAX_MICRO_BATCH = 8
 
 
-def chat_dataset(path: str, unmask: bool) -> dict[str, Any]:
-    """axolotl's ``chat_template`` dataset over thub's canonical rows (role/content messages)."""
-    return {
-        "path": path,
-        "ds_type": "json",
-        "type": "chat_template",
-        "field_messages": "messages",
-        "message_property_mappings": {"role": "role", "content": "content"},
-        # thub normalised the roles already: system/user/assistant/tool, no aliases needed
-        "roles_to_train": ["system", "user", "assistant", "tool"] if unmask else ["assistant"],
-        "train_on_eos": "turn",
-        "split_thinking": False,
-    }
+def tokenized_dataset(path: str) -> dict[str, Any]:
+    """axolotl's dataset entry for thub's tokenized examples: no ``type``, so axolotl's
+    ``get_dataset_wrapper`` finds ``input_ids``/``attention_mask``/``labels`` and uses the rows as
+    they are (``_is_dataset_already_tokenized``): no chat_template strategy, no completion chunking."""
+    return {"path": path, "ds_type": "json"}
+
+
+#: thub's overlong policy -> axolotl's excess_length_strategy (thub applies it first; see translate)
+EXCESS_LENGTH = {"truncate": "truncate", "drop": "drop", "error": "raise"}
 
 
 def _save_strategy(params: dict[str, Any]) -> str:
@@ -101,21 +105,30 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     world = world_size(params)
     micro, accumulation = split_batch(params["effective_batch_size"], world, MAX_MICRO_BATCH)
     pretraining = bool(params.get("is_pretraining"))
+    overlong = str(params["overlong"])
     gpu = cuda_visible()
     data_file = f"{work}/train.jsonl"
     config: dict[str, Any] = {
         "base_model": params["model_path"],
         "trust_remote_code": bool(params.get("trust_remote_code")),
-        # the model's own chat template: the one thub validated and previews
+        # the model's own chat template (the one thub validated and tokenized with) stays the
+        # saved tokenizer's
         "chat_template": "tokenizer_default",
-        "datasets": [
-            {"path": data_file, "ds_type": "json", "type": "completion", "field": "text"} if pretraining
-            else chat_dataset(data_file, bool(params.get("unmask_messages")))
-        ],
+        # thub's examples, tokenized by thub (runner.write_inputs): axolotl trains these tokens
+        "datasets": [tokenized_dataset(data_file)],
         "dataset_prepared_path": f"{work}/prepared",
         "val_set_size": float(params.get("validation_split") or 0.0),
         "sequence_len": params["block_size"] if pretraining else params["max_seq_len"],
         "sample_packing": bool(params.get("packing")),
+        # thub applied `overlong` already, so no example is longer than sequence_len and none is
+        # left out here; an example that still were (a pre-tokenized row) gets thub's policy from axolotl
+        "excess_length_strategy": EXCESS_LENGTH[overlong],
+        "min_sample_len": 1,  # axolotl's default 2 would drop a 1-token example thub keeps
+        # thub's order (mix_strategy decided it); the Trainer's sampler shuffles, as on every backend
+        "shuffle_merged_datasets": False,
+        "dataset_num_proc": 1,  # the examples are tokenized: axolotl only filters them, no process pool
+        # thub decides whether a run resumes (--resume -> resume_from_checkpoint), never axolotl
+        "auto_resume_from_checkpoints": False,
         "output_dir": f"{run_dir}/checkpoints",
         # micro_batch_size x gradient_accumulation_steps x world size = effective_batch_size
         # (axolotl's normalize_config multiplies by WORLD_SIZE itself)
@@ -170,8 +183,14 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "config": config,
         "data": {
             "mode": "pretraining" if pretraining else "chat",
+            "tokenized_by": "thub",
+            "note": DATA_NOTE,
             "file": data_file,
-            "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else "assistant tokens",
+            "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else
+            "assistant tokens (thub's mask; rows with unmask: every token)",
+            **({"block_size": params["block_size"]} if pretraining else
+               {"max_seq_len": params["max_seq_len"], "overlong": overlong,
+                "unmask_messages": bool(params.get("unmask_messages"))}),
         },
         "world_size": world,
         # thub's child runs axolotl.cli.config.load_cfg + axolotl.cli.train.do_train on this file;
