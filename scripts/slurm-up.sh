@@ -67,9 +67,10 @@ wait_for() { local end=$((SECONDS + $1)); shift
   until "$@" >/dev/null 2>&1; do [ $SECONDS -ge $end ] && return 1; sleep 0.2; done; }
 munged --socket="$B/run/munge.socket" --key-file="$B/etc/munge.key" --log-file="$B/log/munged.log" \
        --pid-file="$B/run/munged.pid" --seed-file="$B/run/munged.seed"
-wait_for 10 test -S "$B/run/munge.socket" || { cat "$B/log/munged.log" >&2; exit 1; }
+# the waits only guard against a daemon that never comes up (generous: a busy machine is slow)
+wait_for 60 test -S "$B/run/munge.socket" || { cat "$B/log/munged.log" >&2; exit 1; }
 slurmctld -f "$SLURM_CONF"
-wait_for 20 bash -c "scontrol ping | grep -q UP" || { tail -20 "$B/log/slurmctld.log" >&2; exit 1; }
+wait_for 120 bash -c "scontrol ping | grep -q UP" || { tail -20 "$B/log/slurmctld.log" >&2; exit 1; }
 slurmd -f "$SLURM_CONF" -N "$NODE"
-wait_for 30 bash -c "sinfo -h -n $NODE -o %t | grep -qx idle" || { tail -20 "$B/log/slurmd.log" >&2; exit 1; }
+wait_for 180 bash -c "sinfo -h -n $NODE -o %t | grep -qx idle" || { tail -20 "$B/log/slurmd.log" >&2; exit 1; }
 echo "export SLURM_CONF=$SLURM_CONF"
