@@ -109,6 +109,19 @@ def test_prepared_documents_become_mini_trainer_blocks(tiny_model: Path, demo_da
     assert loader.dataset[0]["labels"].tolist() == loader.dataset[0]["input_ids"].tolist()
 
 
+def write_full_state(folder: Path, *, complete: bool = True) -> None:
+    """What mini-trainer's FullStateCheckpointer.save writes (one rank): the model shards, the rank's
+    optimizer and RNG state, then training_state.pt; ``complete=False``: killed before the shards."""
+    import torch
+
+    (folder / "distributed").mkdir(parents=True)
+    if complete:
+        (folder / "distributed" / ".metadata").write_bytes(b"dcp")
+        torch.save({"state": {}}, folder / "optimizer_rank_0.pt")
+        torch.save({"torch_rng": None}, folder / "rng_state_rank_0.pt")
+    torch.save({"global_step": int(folder.name.removeprefix("step_"))}, folder / "training_state.pt")
+
+
 class FakeMiniTrainer:
     """Stands in for run_training: writes what train.py writes, in the same places and formats."""
 
@@ -125,13 +138,18 @@ class FakeMiniTrainer:
 
     def __call__(self, torch_args: Any, train_args: Any) -> None:
         self.calls.append((torch_args, train_args))
+        from mini_trainer.full_state_checkpoint import find_latest_full_state_checkpoint
+
         out = Path(train_args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         metrics = out / "training_metrics_0.jsonl"
         state = out / "full_state_checkpoints"
-        start = 0
-        if state.exists():
-            start = max(int(p.name.removeprefix("step_")) for p in state.iterdir())
+        # as train.py: the checkpoint it is given, else (on-demand checkpointing) the newest it finds itself
+        resume = train_args.resume_from_full_state_checkpoint
+        if resume is None and train_args.on_demand_checkpointing:
+            resume = find_latest_full_state_checkpoint(out)
+        self.resumed_from = resume
+        start = int(Path(resume).name.removeprefix("step_")) if resume else 0
         per_epoch = math.ceil(64 / train_args.batch_size)
         for step in range(start + 1, self.steps + 1):
             line = {"step": step, "epoch": (step - 1) // per_epoch, "steps_per_epoch": per_epoch, "lr": 1e-5,
@@ -147,8 +165,7 @@ class FakeMiniTrainer:
                 while not trigger.exists() and time.time() < deadline:
                     time.sleep(0.05)
                 assert trigger.exists(), "thub did not request the on-demand checkpoint"
-                (state / f"step_{step}").mkdir(parents=True)
-                (state / f"step_{step}" / "training_state.pt").write_bytes(b"")
+                write_full_state(state / f"step_{step}")
                 raise RuntimeError("Training failed. Please check the logs")  # torchrun got SIGTERM too
             every = train_args.min_samples_per_checkpoint
             if every and step * train_args.batch_size % every == 0:
@@ -204,6 +221,42 @@ def test_interrupt_saves_full_state_and_resume_continues(tiny_model: Path, demo_
     lines = read_metrics(tmp_path / "run" / "training_metrics.jsonl")
     assert [line["step"] for line in lines] == list(range(1, 9))  # old lines not converted twice
     assert outcome["final_checkpoint"].endswith("samples_64")
+
+
+def test_resume_is_thubs_decision_not_mini_trainers_auto_detection(tiny_model: Path, demo_data: Path,
+                                                                     tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """mini-trainer resumes from the newest full_state_checkpoints/step_N holding a training_state.pt, complete
+    or not (its find_latest_full_state_checkpoint); thub passes the newest complete one explicitly
+    (resume_from_full_state_checkpoint) and moves a newer half-written one out of its sight."""
+    from thub_plugin_minitrainer.runner import run
+
+    params = _params("sft", tiny_model, demo_data / "chat.jsonl", tmp_path / "run", num_epochs=1)
+    state = tmp_path / "run" / "checkpoints" / "full_state_checkpoints"
+    write_full_state(state / "step_3")
+    write_full_state(state / "step_5", complete=False)  # killed mid-save: no model shards
+    lines = [{"step": step, "max_steps": 8, "epoch": 0, "timestamp": 0.0, "learning_rate": 1e-5, "loss": 1.0}
+             for step in range(1, 6)]
+    (tmp_path / "run" / "training_metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fake = FakeMiniTrainer(steps=8)
+    monkeypatch.setattr(mini_trainer, "run_training", fake)
+    run(_context("sft", params))
+    assert fake.calls[0][1].resume_from_full_state_checkpoint == str(state / "step_3")
+    assert fake.resumed_from == str(state / "step_3")
+    assert not (state / "step_5").exists() and (state.with_name("full_state_checkpoints.incomplete") / "step_5"
+                                                / "training_state.pt").exists()
+    assert [line["step"] for line in read_metrics(tmp_path / "run" / "training_metrics.jsonl")] == list(range(1, 9))
+
+
+def test_the_translation_carries_the_resume_decision(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    params = _params("sft", tiny_model, demo_data / "chat.jsonl", tmp_path / "run")
+    fresh = translate("sft", params, environ={})
+    assert fresh["training_args"]["resume_from_full_state_checkpoint"] is None
+    assert not any(arg.startswith("--resume-from") for arg in fresh["command"])
+    path = "out/checkpoints/full_state_checkpoints/step_3"
+    resumed = translate("sft", params, environ={}, resume_from=path)
+    assert resumed["training_args"]["resume_from_full_state_checkpoint"] == path
+    assert resumed["command"][-1] == f"--resume-from-full-state-checkpoint={path}"
 
 
 def test_library_failure_is_raised(tiny_model: Path, demo_data: Path, tmp_path: Path,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import struct
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "pytorch_model.bin", "adapter_model.bin")
@@ -82,3 +83,43 @@ def checkpoint_problem(path: str | Path) -> str | None:
         if (path / name).is_file():
             return _weights_problem(path / name)
     return "no model weights"
+
+
+def torch_file_problem(path: Path) -> str | None:
+    """Why a ``torch.save`` file (a zip archive) is missing or cut short, or None when it opens."""
+    if not path.is_file():
+        return f"no {path.name}"
+    return _weights_problem(path)
+
+
+def library_resume_point(folder: str | Path, step_of: Callable[[str], int | None],
+                         problem_of: Callable[[Path], str | None], library: str) -> tuple[Path, int] | None:
+    """The newest complete checkpoint among ``folder``'s children that ``library`` would resume
+    from by itself, as (path, step); None when there is none.
+
+    Libraries that auto-resume (mini-trainer, instructlab-training, ART) take the newest checkpoint
+    they find, complete or not, and crash on a half-written one. thub decides instead: every newer
+    incomplete one is moved out of the library's sight into ``<folder>.incomplete/`` (kept, not
+    deleted) and said, so the library resumes from what thub names. ``step_of(name)`` is a child's
+    step (None: not a checkpoint); ``problem_of(path)`` says why one is incomplete (None: complete).
+    """
+    root = Path(folder)
+    try:
+        children = [(step, child) for child in root.iterdir()
+                    if child.is_dir() and (step := step_of(child.name)) is not None]
+    except OSError:
+        return None
+    for step, child in sorted(children, reverse=True):
+        problem = problem_of(child)
+        if problem is None:
+            return child, step
+        aside = root.with_name(root.name + ".incomplete")
+        aside.mkdir(exist_ok=True)
+        target = aside / child.name
+        suffix = 1
+        while target.exists():
+            target, suffix = aside / f"{child.name}.{suffix}", suffix + 1
+        child.rename(target)
+        print(f"thub: {child} is not a complete checkpoint ({problem}); moved to {target} so {library} does not "
+              "resume from it", flush=True)
+    return None

@@ -118,10 +118,48 @@ def latest_full_state(output_dir: str | Path) -> tuple[Path, int] | None:
     found = []
     if root.is_dir():
         for child in root.iterdir():
-            suffix = child.name.removeprefix("step_")
-            if child.name.startswith("step_") and suffix.isdigit() and (child / "training_state.pt").exists():
-                found.append((int(suffix), child))
+            step = _full_state_step(child.name)
+            if step is not None and (child / "training_state.pt").exists():
+                found.append((step, child))
     if not found:
         return None
     step, path = max(found)
     return path, step
+
+
+def _full_state_step(name: str) -> int | None:
+    suffix = name.removeprefix("step_")
+    return int(suffix) if name.startswith("step_") and suffix.isdigit() else None
+
+
+def full_state_problem(path: Path) -> str | None:
+    """Why a ``full_state_checkpoints/step_N`` cannot be resumed from (None: complete): mini-trainer's
+    FullStateCheckpointer writes the model shards (``distributed/``), each rank's optimizer and RNG
+    state, then ``training_state.pt``; a kill in between leaves some of them out."""
+    from thub.backend import torch_file_problem
+
+    if not (path / "distributed" / ".metadata").is_file():
+        return "no distributed/.metadata (the model shards)"
+    problem = torch_file_problem(path / "training_state.pt")
+    if problem:
+        return problem
+    ranks = {kind: sorted(int(f.name.split("_rank_")[1].split(".")[0]) for f in path.glob(f"{kind}_rank_*.pt"))
+             for kind in ("optimizer", "rng_state")}
+    if not ranks["optimizer"] or ranks["optimizer"] != list(range(len(ranks["optimizer"]))):
+        return f"optimizer state of ranks {ranks['optimizer']} (expected 0..N-1)"
+    if ranks["rng_state"] != ranks["optimizer"]:
+        return f"RNG state of ranks {ranks['rng_state']}, optimizer state of ranks {ranks['optimizer']}"
+    for rank in ranks["optimizer"]:
+        problem = torch_file_problem(path / f"optimizer_rank_{rank}.pt")
+        if problem:
+            return problem
+    return None
+
+
+def resume_point(output_dir: str | Path) -> tuple[Path, int] | None:
+    """thub's decision: the newest complete full-state checkpoint (newer incomplete ones moved aside,
+    so mini-trainer's own auto-detection cannot pick them), passed to mini-trainer explicitly."""
+    from thub.backend import library_resume_point
+
+    return library_resume_point(Path(output_dir) / "full_state_checkpoints", _full_state_step, full_state_problem,
+                                "mini-trainer")

@@ -18,8 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from thub.backend import RunContext, truncate_after
-from thub_plugin_minitrainer.metrics import MetricsConverter, estimate_max_steps, hf_checkpoints, latest_full_state
-from thub_plugin_minitrainer.translate import TRIGGER_DIR, translate
+from thub_plugin_minitrainer.metrics import (
+    MetricsConverter,
+    estimate_max_steps,
+    hf_checkpoints,
+    latest_full_state,
+    resume_point,
+)
+from thub_plugin_minitrainer.translate import TRIGGER_DIR, output_dir, translate
 
 POLL_SECONDS = 0.5
 
@@ -72,7 +78,11 @@ class _Training(threading.Thread):
 def run(context: RunContext) -> dict[str, Any]:
     """Prepare data, run mini-trainer, follow it; return the outcome for result.json."""
     params = context.params
-    plan = translate(context.algorithm, params)
+    # thub decides where mini-trainer resumes (only a --resume finds a checkpoint here: an unfinished
+    # run is refused without it, and --overwrite clears checkpoints/); passed explicitly, so
+    # mini-trainer's own auto-detection never picks a half-written one
+    resumed = resume_point(output_dir(params))
+    plan = translate(context.algorithm, params, resume_from=str(resumed[0]) if resumed else None)
     os.environ.update(plan["environment"])  # before mini_trainer is imported: it reads the trigger name then
     from thub.backend import wandb_key_environment
 
@@ -91,9 +101,8 @@ def run(context: RunContext) -> dict[str, Any]:
     print(f"thub: mini-trainer plan:\n{json.dumps(plan, indent=2)}", flush=True)
 
     source = out / f"training_metrics_{plan['torchrun_args']['node_rank']}.jsonl"
-    resumed = latest_full_state(out)
     offset = 0
-    if resumed:  # mini-trainer resumes from it by itself (on_demand_checkpointing auto-detects)
+    if resumed:  # passed as resume_from_full_state_checkpoint
         truncate_after(context.run_dir.metrics, resumed[1])
         offset = source.stat().st_size if source.exists() else 0
         print(f"thub: resuming from mini-trainer full-state checkpoint {resumed[0]}", flush=True)

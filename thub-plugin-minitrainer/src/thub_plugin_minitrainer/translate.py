@@ -203,6 +203,8 @@ def command(torch: Mapping[str, Any], train: Mapping[str, Any], train_script: st
         cmd.append("--trust-remote-code")
     if t["on_demand_checkpointing"]:
         cmd.append("--on-demand-checkpointing")
+    if t.get("resume_from_full_state_checkpoint"):
+        cmd.append(f"--resume-from-full-state-checkpoint={t['resume_from_full_state_checkpoint']}")
     return cmd
 
 
@@ -218,13 +220,20 @@ def _check(params: Mapping[str, Any]) -> None:
                          f"to at least {params['max_seq_len']} or lower max_seq_len")
 
 
-def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The mini-trainer arguments, the torchrun command and thub's data preparation for ``params``."""
+def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, str] | None = None,
+              resume_from: str | None = None) -> dict[str, Any]:
+    """The mini-trainer arguments, the torchrun command and thub's data preparation for ``params``.
+
+    ``resume_from``: the full-state checkpoint thub resumes from (the runner's decision, see
+    :func:`thub_plugin_minitrainer.metrics.resume_point`), passed as
+    ``resume_from_full_state_checkpoint``: given a path, mini-trainer does not pick one itself.
+    """
     if algorithm not in HONOURED:
         raise UsageError(f"backend mini-trainer does not run {algorithm!r}")
     _check(params)
     torch = torchrun_args(params, environ)
     train = training_args(algorithm, params)
+    train["resume_from_full_state_checkpoint"] = resume_from
     pretraining = bool(params.get("is_pretraining"))
     return {
         "function": "mini_trainer.run_training",
