@@ -73,9 +73,17 @@ def children_of(pid: int) -> list[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid:
+            if int(fields[1]) == pid and not _is_log_sink(entry):
                 found.append(int(entry.name))
     return found
+
+
+def _is_log_sink(entry: Path) -> bool:
+    """thub's log sink (thub.runner.logsink) ends with the child's output, not with thub."""
+    try:
+        return b"thub.runner.logsink" in (entry / "cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def alive(pid: int) -> bool:

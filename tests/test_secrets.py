@@ -127,6 +127,14 @@ def run(context):
     Path(context.run_dir.path, "seen.json").write_text(json.dumps(context.params))
     if context.params.get("lr_scheduler") == "fail":
         raise RuntimeError(f"cannot reach {context.params['endpoint']}")
+    if context.params.get("lr_scheduler") == "print":  # what MLflow and other libraries print
+        import os
+        import sys
+
+        print(f"View run at: {context.params['endpoint']}", flush=True)
+        print(f"token from the env: {os.environ['EXTRA_API_KEY']} and {context.params['hub_token']}",
+              file=sys.stderr, flush=True)
+        os.write(1, b"y" * 65530 + b" https://bob:pw12345678@h/x\\r\\n")  # across a 64 KiB read
     return {}
 '''
 
@@ -182,6 +190,28 @@ def test_run_record_and_history_are_redacted_but_the_child_gets_the_real_values(
         assert shown.exit_code == 0, shown.stderr
         assert PASSWORD not in shown.stdout and TOKEN not in shown.stdout and HUB not in shown.stdout
         assert "mlflow.example.com" in shown.stdout
+
+
+def test_the_childs_output_is_redacted_as_it_is_written_to_the_log(
+        echo: Path, demo_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23 item 9: a library's own output (MLflow's "View run at: ...?token=...") reaches
+    logs/train.log through thub.redact; the log is owner-only like the record and the result."""
+    import stat
+
+    import thub
+
+    api_key = "sk-live-0123456789abcdef"
+    monkeypatch.setenv("EXTRA_API_KEY", api_key)
+    out = tmp_path / "run"
+    result = thub.train("echo", backend="echo", model_path=str(echo), data_path=str(demo_data / "chat.jsonl"),
+                        ckpt_output_dir=str(out), endpoint=URI, hub_token=HUB, lr_scheduler="print")
+    assert result["status"] == "succeeded", result
+    log = out / "logs" / "train.log"
+    text = log.read_text()
+    assert f"View run at: {redact_text(URI)}" in text
+    assert TOKEN not in text and PASSWORD not in text and HUB not in text and api_key not in text
+    assert "pw12345678" not in text and f" https://{REDACTED}@h/x" in text
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
 
 
 def test_history_of_an_old_unredacted_record_is_redacted(tmp_path: Path, thub_cli) -> None:

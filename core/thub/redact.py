@@ -9,7 +9,8 @@ What counts as a secret:
   ``#access_token=...``).
 
 Used by ``--dry-run`` (plain and ``--json``), ``thub_run.json``, ``thub history show/diff``,
-``thub env`` and the trackers' metadata.
+``thub env``, the trackers' metadata and the training child's output on its way into
+``logs/train.log`` (:func:`output_secrets`, :mod:`thub.runner.logsink`).
 
 A redacted parameter still has to reach the training child: the process that writes
 ``thub_run.json`` keeps the real values (:func:`record_values`) and hands them to its child in
@@ -165,3 +166,34 @@ def real_values(values: Mapping[str, Any], run_dir: str | Path | None = None,
         if name in restored and restored[name] == redact(real, name):
             restored[name] = real
     return restored
+
+
+# --- the child's output (logs/train.log) ---------------------------------------------------------
+
+#: Shorter values are not searched for in output: "1" or "true" would redact half the log.
+MIN_LITERAL = 8
+
+
+def output_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The literal secret values a run's output must not show, longest first: the redacted
+    parameters the child receives (:data:`SECRETS_ENV`, where the whole value is the secret) and
+    the values of secret-named environment variables (``HF_TOKEN``, ``WANDB_API_KEY``)."""
+    environ = os.environ if environ is None else environ
+    found = {value for name, value in environ.items() if name != SECRETS_ENV and is_secret_name(name, loose=True)}
+    try:
+        secrets = json.loads(environ.get(SECRETS_ENV) or "{}")
+    except json.JSONDecodeError:
+        secrets = {}
+    for name, value in (secrets if isinstance(secrets, dict) else {}).items():
+        if isinstance(value, str) and redact(value, name) == REDACTED:
+            found.add(value)
+    return sorted((v for v in found if len(v) >= MIN_LITERAL), key=len, reverse=True)
+
+
+def redact_output(text: str, literals: list[str]) -> str:
+    """A piece of a program's output fit for a log: :func:`redact_text`, and each of ``literals``
+    (:func:`output_secrets`) replaced wherever it appears."""
+    for literal in literals:
+        if literal in text:
+            text = text.replace(literal, REDACTED)
+    return redact_text(text)

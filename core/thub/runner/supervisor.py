@@ -30,7 +30,7 @@ from thub.config.resolve import ResolvedConfig
 from thub.errors import Interrupted, UsageError
 from thub.manager import get_registry
 from thub.redact import child_environment, record_values, redact
-from thub.runner import lifeline
+from thub.runner import lifeline, logsink
 from thub.runner.batching import world_size
 from thub.runner.lock import RunLock
 from thub.runner.metrics import DivergenceWatch, MetricsTail, read_metrics, truncate_after
@@ -194,7 +194,7 @@ class _Supervisor:
         self.log_offset = log.stat().st_size if log.exists() else 0
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         try:
-            with open(log, "ab") as handle:
+            with os.fdopen(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as handle:
                 handle.write(f"==== thub: attempt started {stamp} (pid {os.getpid()}) ====\n".encode())
         except OSError:
             pass  # a full disk: the failure is reported from the filesystem, not from this line
@@ -232,12 +232,16 @@ class _Supervisor:
         if self.lock is not None and self.lock.fd is not None:
             pass_fds.append(self.lock.fd)  # the child holds the run directory's lock with us
         stopped = False
+        # the child's output reaches the log through thub.redact (a library's "?token=..." never does)
+        sink = logsink.start(self.run_dir.log_file, env)
+        assert sink.stdin is not None
         try:
-            with open(self.run_dir.log_file, "ab") as log:
+            with sink.stdin as log:
                 # Own session: a terminal's Ctrl-C reaches only us, and we forward it once.
                 child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True, pass_fds=pass_fds,
                                          preexec_fn=lifeline.death_signal_preexec())
+                log.close()  # the child holds the pipe now: the sink ends when the child's side closes
                 os.close(read_end)  # the child has its copy; ours would keep the pipe open for nothing
                 read_end = -1
                 if self.lock is not None:
@@ -268,8 +272,10 @@ class _Supervisor:
                         break
                     time.sleep(POLL_SECONDS)
                 code = child.wait()
+                logsink.finish(sink)  # every line is in the log before its root cause is read
                 self._pump()
         finally:
+            logsink.finish(sink)
             os.close(write_end)  # (the child also sees EOF if we die before this)
             if read_end >= 0:
                 os.close(read_end)  # Popen failed
