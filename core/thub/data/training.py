@@ -8,8 +8,12 @@ submission) validates, normalises and mixes the data once, before anything start
 so a backend trains on exactly the rows the parent validated: ``datasets``, ``mix_strategy``,
 ``mix_probabilities``, ``data_format`` and the ShareGPT tags are applied once, in one place.
 
-The kept rows are keyed by the data settings and the source files' size and modification
-time: a file changed since the parent validated it is validated again, never read stale.
+The kept rows are keyed by the data settings and each source file's contents (a SHA-256 per
+file, whatever its size and modification time say), checked again whenever they are read back
+(:func:`read_training_data`; a SLURM restart hours later included): a file whose contents changed
+since the parent validated it is validated again, never read stale; a file deleted since is no
+reason to fail, the kept rows are then the only copy and are trained on. Which copy a run trained
+on is said in ``thub_run.json`` (``data``, :func:`thub.runner.context.RunContext.data`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,7 @@ from thub.data.problems import no_gc
 
 #: the run directory's folder holding the validated rows (``rows.json`` + ``rows.thub.json``)
 DATA_DIR = "thub_data"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: per-file content hashes in the meta file
 # the parameters that decide which rows a run trains on (the key of the kept rows)
 _SETTINGS = ("data_path", "datasets", "data_format", "document_column_name", "mix_strategy", "mix_probabilities",
              "seed")
@@ -50,6 +54,8 @@ class TrainingData:
     locations: list[str]
     kind: str
     key: str
+    #: each source file's SHA-256 when the rows were read (None: missing), by path
+    files: dict[str, str | None] = field(default_factory=dict)
 
 
 def training_sources(params: Mapping[str, Any]) -> list[DatasetSource]:
@@ -79,11 +85,11 @@ def validate_training_data(params: Mapping[str, Any]) -> TrainingData:
 
     Bad data raises :class:`thub.errors.UsageError` naming every file and line at once.
     """
-    key = data_key(params)  # before reading: a file changed while it is read gets another key
+    files = source_hashes(params)  # before reading: a file changed while it is read gets another key
     loaded = load_sources(training_sources(params))
     mixing = mix_settings(params)
     rows, locations = mix_loaded(loaded, mixing["strategy"], mixing["probabilities"], mixing["seed"])
-    return TrainingData(rows, locations, loaded[0].kind, key)
+    return TrainingData(rows, locations, loaded[0].kind, data_key(params, files), files)
 
 
 def training_rows(params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -96,18 +102,32 @@ def training_rows(params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list
     return data.rows, data.locations
 
 
-def data_key(params: Mapping[str, Any]) -> str:
-    """Hash of the data settings and each source file's path and contents (not its size and
-    modification time: a same-size edit with the time set back must not reuse the kept rows)."""
+def source_hashes(params: Mapping[str, Any]) -> dict[str, str | None]:
+    """Each source file's (or saved dataset directory's) SHA-256 of its contents, by path; None
+    for one that does not exist (now)."""
     from thub.fileio import hash_contents
 
-    digest = hashlib.sha256(f"thub-rows-{CACHE_VERSION}".encode())
-    digest.update(json.dumps({name: params.get(name) for name in _SETTINGS}, sort_keys=True, default=str).encode())
+    found: dict[str, str | None] = {}
     for source in training_sources(params):
+        digest = hashlib.sha256()
         try:
             hash_contents(digest, source.path, names="full")  # the path too: the rows' locations name it
         except OSError:
-            digest.update(f"{source.path}\0missing\n".encode())
+            found[str(source.path)] = None
+            continue
+        found[str(source.path)] = digest.hexdigest()
+    return found
+
+
+def data_key(params: Mapping[str, Any], files: Mapping[str, str | None] | None = None) -> str:
+    """Hash of the data settings and each source file's path and contents (not its size and
+    modification time: a same-size edit with the time set back must not reuse the kept rows).
+    ``files``: :func:`source_hashes` already computed."""
+    files = source_hashes(params) if files is None else files
+    digest = hashlib.sha256(f"thub-rows-{CACHE_VERSION}".encode())
+    digest.update(json.dumps({name: params.get(name) for name in _SETTINGS}, sort_keys=True, default=str).encode())
+    for path, content in files.items():
+        digest.update(f"{path}\0{content or 'missing'}\n".encode())
     return digest.hexdigest()
 
 
@@ -130,34 +150,69 @@ def save_training_data(data: TrainingData, directory: str | Path) -> bool:
         return False
     meta_file.unlink(missing_ok=True)  # no key names the old rows while the new ones are written
     write_text_atomic(rows_file, text, parents=True)
-    meta = {"version": CACHE_VERSION, "key": data.key, "kind": data.kind, "count": len(data.rows)}
+    meta = {"version": CACHE_VERSION, "key": data.key, "kind": data.kind, "count": len(data.rows),
+            "files": data.files}
     write_text_atomic(meta_file, json.dumps(meta, indent=2) + "\n")
     return True
 
 
 def load_training_data(params: Mapping[str, Any], directory: str | Path) -> TrainingData | None:
     """The rows kept in ``directory`` when they were read from ``params``'s data as it is now; else None."""
+    return read_training_data(params, directory)[0]
+
+
+def read_training_data(params: Mapping[str, Any], directory: str | Path) -> tuple[TrainingData | None, dict[str, Any]]:
+    """The rows kept in ``directory`` if they may be trained on, and what was found (``copy``:
+    ``kept``, or ``none kept`` / ``changed`` when they may not; ``missing``/``changed``: files).
+
+    Every source file is hashed again: the kept rows are used when each file still has the
+    contents they were read from, or is gone (the kept rows are then the only copy); a file
+    whose contents changed means the rows must be validated again."""
     rows_file, meta_file = _paths(directory)
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        if meta.get("version") != CACHE_VERSION or meta.get("key") != data_key(params):
-            return None
+    except (OSError, ValueError):
+        return None, {"copy": "none kept"}
+    if not isinstance(meta, dict) or meta.get("version") != CACHE_VERSION or not isinstance(meta.get("files"), dict):
+        return None, {"copy": "none kept"}
+    now = source_hashes(params)
+    if list(now) != list(meta["files"]):  # other sources (another run's rows): not ours
+        return None, {"copy": "none kept"}
+    changed = [path for path, content in now.items() if content is not None and content != meta["files"][path]]
+    missing = [path for path, content in now.items() if content is None and meta["files"][path] is not None]
+    if changed:
+        return None, {"copy": "changed", "changed": changed}
+    if meta.get("key") != data_key(params, meta["files"]):  # other settings
+        return None, {"copy": "none kept"}
+    try:
         with no_gc():  # millions of acyclic objects: no collection passes while they are built
             kept = json.loads(rows_file.read_text(encoding="utf-8"))
         rows, locations = kept["rows"], kept["locations"]
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None  # missing, unreadable or foreign: validate again
+        return None, {"copy": "none kept"}  # missing, unreadable or foreign: validate again
     if not isinstance(rows, list) or not isinstance(locations, list) or not len(rows) == len(locations) == meta.get(
             "count"):
-        return None
-    return TrainingData(rows, locations, meta["kind"], meta["key"])
+        return None, {"copy": "none kept"}
+    found: dict[str, Any] = {"copy": "kept", "key": meta["key"]}
+    if missing:
+        found["missing"] = missing
+    return TrainingData(rows, locations, meta["kind"], meta["key"], meta["files"]), found
 
 
 def training_data(params: Mapping[str, Any], directory: str | Path | None = None) -> TrainingData:
     """The rows the run trains on: those the parent validated (kept in ``directory``), or, where
     none were kept for this data, validated now."""
+    return trained_data(params, directory)[0]
+
+
+def trained_data(params: Mapping[str, Any], directory: str | Path | None = None
+                 ) -> tuple[TrainingData, dict[str, Any]]:
+    """:func:`training_data` and which copy it is (:func:`read_training_data`'s finding; a copy
+    validated now is ``validated now``, with the files that ``changed`` since they were kept)."""
+    found: dict[str, Any] = {"copy": "none kept"}
     if directory is not None:
-        kept = load_training_data(params, directory)
+        kept, found = read_training_data(params, directory)
         if kept is not None:
-            return kept
-    return validate_training_data(params)
+            return kept, found
+    data = validate_training_data(params)
+    return data, {**found, "copy": "validated now", "key": data.key}

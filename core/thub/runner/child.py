@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from thub.errors import UsageError
 from thub.redact import real_values, redact
 from thub.runner.built import DataMismatch
 from thub.runner.context import RunContext
@@ -70,6 +71,11 @@ def run_child(run_path: str) -> int:
         # measured before step 1 (built.json says why): bad input, not a crash; the supervisor
         # turns it into exit 2 with this message, no traceback
         print(f"thub: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except UsageError as exc:
+        # bad input found in the child (a data file edited into invalid rows since the parent
+        # validated it): the message is the root cause, a traceback would bury it
+        print(f"UsageError: {exc}", file=sys.stderr, flush=True)
         return 2
     except Exception as exc:
         traceback.print_exc()

@@ -84,13 +84,37 @@ class RunContext:
     def data(self) -> TrainingData:
         """The rows this run trains on, validated, normalised and mixed, with their locations
         and kind: the parent's validation read back from the run directory (``thub_data/``), or,
-        where it kept none for this data (a file changed since), validated now. Read once per
-        process."""
+        where it kept none for this data (a file's contents changed since), validated now. Read
+        once per process; which copy it is goes into ``thub_run.json`` (``data.trained_on``, one
+        entry per attempt: a SLURM restart says whether it trained on the submission's rows)."""
         if self._data is None:
-            from thub.data.training import DATA_DIR, training_data
+            from thub.data.training import DATA_DIR, trained_data
 
-            self._data = training_data(self.params, self.run_dir.path / DATA_DIR)
+            self._data, found = trained_data(self.params, self.run_dir.path / DATA_DIR)
+            if self.is_main:
+                self._note_data(found)
         return self._data
+
+    def _note_data(self, found: dict[str, Any]) -> None:
+        """Say which copy of the rows this attempt trains on, in the log and in ``thub_run.json``."""
+        from thub.runner.rundir import read_json, write_json_atomic
+
+        key = str(found.get("key", ""))[:12]
+        said = {"kept": f"the rows validated at launch (thub_data/, key {key})",
+                "validated now": f"the data files as they are now, validated again (key {key})"}[found["copy"]]
+        why = [f"{path} was deleted since: the kept rows are the only copy" for path in found.get("missing", [])]
+        why += [f"{path} changed since the rows were kept" for path in found.get("changed", [])]
+        print(f"thub child: training on {said}" + "".join(f"; {line}" for line in why), flush=True)
+        record = read_json(self.run_dir.record)
+        if record is None:
+            return
+        entry = {"at": time.time(), **found}
+        data = record.setdefault("data", {})
+        data.setdefault("trained_on", []).append(entry)
+        try:
+            write_json_atomic(self.run_dir.record, record)
+        except OSError:
+            pass  # a full disk: the log line above says it
 
     def rows(self) -> list[dict[str, Any]]:
         """The canonical rows of :meth:`data` (see :mod:`thub.data.formats`)."""

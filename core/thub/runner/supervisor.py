@@ -400,6 +400,9 @@ def prepared_run(resolved: ResolvedConfig, run_dir: RunDirectory, data: Training
                 resume_from = _resume_point(run_dir, resolved) if resume else None
                 record = build_record(resolved, command_line, resume_from)
                 record["user_entries"] = user_entries
+                # the rows validated now, kept in thub_data/: every attempt re-checks them (data.trained_on)
+                record["data"] = {"key": data.key, "rows": len(data.rows), "files": data.files,
+                                  "validated": time.time()}
                 if launch is not None:
                     record["launch"] = launch
                 write_json_atomic(run_dir.record, record)
