@@ -87,3 +87,83 @@ def test_a_child_killed_by_sigkill_is_the_root_cause(tiny_model: Path, demo_data
     assert result["root_cause"] == [error] and "{" not in error
     assert "Traceback" not in err and "killed by SIGKILL" in err
 
+
+# --- item 7: a run that never reached step 1 runs again with the same command ------------------
+
+def test_a_bad_value_found_late_leaves_a_directory_the_same_command_reuses(tiny_model: Path, demo_data: Path,
+                                                                           tmp_path: Path) -> None:
+    out = tmp_path / "late"
+    bad = thub(*sft(tiny_model, demo_data / "chat.jsonl", out, "--max-steps", "1", "--lr-scheduler", "nonsense"))
+    assert bad.returncode == 1, bad.stderr
+    result = result_of(out)
+    assert result["status"] == "failed" and result["reached_step"] == 0, result
+    fixed = thub(*sft(tiny_model, demo_data / "chat.jsonl", out, "--max-steps", "1"))  # no --resume/--overwrite
+    assert fixed.returncode == 0, fixed.stderr
+    assert result_of(out)["status"] == "succeeded" and result_of(out)["reached_step"] == 1
+
+
+def test_sigterm_before_the_child_exists_then_the_same_command_runs(tiny_model: Path, demo_data: Path,
+                                                                    tmp_path: Path) -> None:
+    # a real SIGTERM to the thub process at the moment it builds the child's command (the directory
+    # is prepared, no child exists yet)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, signal\n"
+        "if not os.environ.get('THUB_RUN_DIR'):\n"
+        "    import thub.runner.supervisor as s\n"
+        "    _command = s.child_command\n"
+        "    def child_command(*a, **k):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        return _command(*a, **k)\n"
+        "    s.child_command = child_command\n")
+    out = tmp_path / "term"
+    args = sft(tiny_model, demo_data / "chat.jsonl", out, "--max-steps", "1")
+    stopped = thub(*args, env={"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))})
+    assert stopped.returncode == 130, (stopped.returncode, stopped.stderr)
+    assert "Traceback" not in stopped.stderr
+    result = result_of(out)
+    assert result["status"] == "interrupted" and result["reached_step"] == 0, result
+    again = thub(*args)
+    assert again.returncode == 0, again.stderr
+    assert result_of(out)["status"] == "succeeded"
+
+
+def test_a_run_that_trained_still_needs_resume_or_overwrite(tiny_model: Path, demo_data: Path,
+                                                            tmp_path: Path) -> None:
+    out = tmp_path / "trained"
+    first = thub(*sft(tiny_model, demo_data / "chat.jsonl", out, "--max-steps", "1"))
+    assert first.returncode == 0, first.stderr
+    result = result_of(out)
+    (out / "result.json").write_text(json.dumps({**result, "status": "interrupted"}))  # as if stopped after step 1
+    again = thub(*sft(tiny_model, demo_data / "chat.jsonl", out, "--max-steps", "1"))
+    assert again.returncode == 2 and "holds an unfinished run" in again.stderr, again.stderr
+
+
+def _small_filesystem(path: Path, size: str) -> bool:
+    path.mkdir(exist_ok=True)
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def test_disk_full_while_keeping_the_rows_leaves_nothing_that_refuses_the_rerun(tiny_model: Path, demo_data: Path,
+                                                                                tmp_path: Path) -> None:
+    mount = tmp_path / "small"
+    if not _small_filesystem(mount, "256k"):
+        pytest.skip("cannot mount a tmpfs here (not root, or no mount permission)")
+    try:
+        big = tmp_path / "big.jsonl"
+        row = (demo_data / "chat.jsonl").read_text().splitlines()[0]
+        big.write_text("\n".join([row] * 4000) + "\n")  # its kept rows do not fit in 256 KiB
+        out = mount / "run"
+        full = thub(*sft(tiny_model, big, out, "--max-steps", "1", "--no-save-final-checkpoint", "--force-launch"))
+        assert full.returncode != 0 and "Traceback" not in full.stderr, full.stderr
+        assert "No space left on device" in full.stderr, full.stderr
+        again = thub(*sft(tiny_model, demo_data / "chat.jsonl", out, "--max-steps", "1",
+                          "--no-save-final-checkpoint", "--force-launch"))
+        assert again.returncode == 0, again.stderr
+        assert result_of(out)["status"] == "succeeded"
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)

@@ -24,7 +24,7 @@ def write_result(run_dir: RunDirectory, result: dict[str, Any], *, started: floa
     ``result`` holds the outcome (``status``, ``error``, ``reason``, ...); this adds ``run_dir``,
     ``checkpoints`` and ``last_metrics`` (from the run's event and metrics files unless the
     caller followed them already), ``wall_seconds`` since ``started``, ``log``, ``outputs``,
-    ``final_checkpoint`` (None unless set), ``built`` (what the library built, where it was
+    ``final_checkpoint`` (None unless set), ``reached_step``, ``built`` (what the library built, where it was
     measured: ``built.json``) and the chat-template check of the saved checkpoints
     against ``model_path``; then redacts every value (an error may quote a URI with its
     password). A write error (a full disk) is one line on stderr and a ``note``, not a
@@ -38,6 +38,9 @@ def write_result(run_dir: RunDirectory, result: dict[str, Any], *, started: floa
     record = read_json(run_dir.record) or {}
     result = {
         **result,
+        # 0: no training step ever ran in this directory (kept steps of earlier attempts count):
+        # the same command runs again without --resume or --overwrite (RunDirectory.prepare)
+        "reached_step": run_dir.reached_step(),
         "run_dir": str(run_dir.path),
         "checkpoints": checkpoints,
         "last_metrics": last_metrics,

@@ -48,6 +48,13 @@ LAYOUT = ("thub_run.json", "training_metrics.jsonl", "events.jsonl", "result.jso
           "final", "merged", "slurm", "thub_data")
 
 
+def _non_empty(path: Path) -> bool:
+    try:
+        return path.is_file() or (path.is_dir() and any(path.iterdir()))
+    except OSError:
+        return True  # unreadable: assume it holds something (never replaced without --overwrite)
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
@@ -117,6 +124,22 @@ class RunDirectory:
         """
         return self.resume_point()[0]
 
+    def reached_step(self) -> int:
+        """The highest training step logged in the directory (every attempt's), 0 when none was."""
+        from thub.runner.metrics import read_metrics
+
+        steps = [line["step"] for line in read_metrics(self.metrics) if isinstance(line.get("step"), int)]
+        return max(steps, default=0)
+
+    def never_trained(self) -> bool:
+        """Whether the run held here stopped before its first training step (a bad value found
+        late, a signal or a full disk while it started): no step logged, no checkpoint or final
+        model saved. Such a directory holds nothing to resume or to lose."""
+        previous = read_json(self.result) or {}
+        if previous.get("reached_step", 0) or self.reached_step():
+            return False
+        return not any(_non_empty(self.path / name) for name in ("checkpoints", "final", "merged"))
+
     def entries(self) -> list[str]:
         """Names in the directory, the lock file left out."""
         from thub.runner.lock import LOCK_NAME
@@ -158,7 +181,9 @@ class RunDirectory:
         return sorted(owned & present)
 
     def prepare(self, *, overwrite: bool, resume: bool) -> list[str]:
-        """Create the directory, refusing to clobber a finished run unless ``overwrite``.
+        """Create the directory, refusing to clobber a finished run unless ``overwrite``, and an
+        unfinished one unless ``overwrite`` or it never reached its first step (:meth:`never_trained`:
+        the same command simply runs again, replacing what the run layout holds).
 
         Call it holding the directory's :class:`~thub.runner.lock.RunLock`. Returns the entries
         that belong to the user (kept, never removed), for ``user_entries`` in thub_run.json.
@@ -181,7 +206,7 @@ class RunDirectory:
                     f"{self.path} holds a finished run (status {previous['status']}); "
                     f"pass {option('overwrite')} to replace it or choose another ckpt_output_dir"
                 )
-            if not overwrite:
+            if not overwrite and not self.never_trained():
                 raise UsageError(
                     f"{self.path} holds an unfinished run; continue it with {option('resume')} "
                     f"or replace it with {option('overwrite')}"

@@ -27,7 +27,7 @@ from packaging.requirements import Requirement
 
 from thub import __version__
 from thub.config.resolve import ResolvedConfig
-from thub.errors import Interrupted, UsageError
+from thub.errors import Interrupted, ThubError, UsageError
 from thub.manager import get_registry
 from thub.redact import child_environment, record_values, redact
 from thub.runner import lifeline, logsink
@@ -405,8 +405,13 @@ def prepared_run(resolved: ResolvedConfig, run_dir: RunDirectory, data: Training
                                   "validated": time.time()}
                 if launch is not None:
                     record["launch"] = launch
-                write_json_atomic(run_dir.record, record)
-                _keep_data(data, run_dir, resolved.values())  # the child reads these rows back (thub_data/)
+                try:
+                    write_json_atomic(run_dir.record, record)
+                    _keep_data(data, run_dir, resolved.values())  # the child reads these rows back (thub_data/)
+                except OSError as exc:  # a full disk before the run began: nothing of it may refuse a rerun
+                    _unprepare(run_dir, created, resumed=resume)
+                    raise ThubError(f"cannot prepare {run_dir.path}: {exc.strerror or exc}; nothing was kept "
+                                    "there (free space, or choose another ckpt_output_dir)") from None
                 yield PreparedRun(record, resume_from, lock)
             except Interrupted as stop:  # a signal before the supervisor took over (thub.runner.signals)
                 stop.result = stopped_while_preparing(resolved, run_dir, created, stop.signum, resume_from)
@@ -417,6 +422,21 @@ def prepared_run(resolved: ResolvedConfig, run_dir: RunDirectory, data: Training
 
             shutil.rmtree(run_dir.path, ignore_errors=True)
         raise
+
+
+def _unprepare(run_dir: RunDirectory, created: bool, resumed: bool) -> None:
+    """Undo a preparation that failed (a full disk): the directory made for it, or what it wrote
+    (a resumed run keeps its record: its checkpoints are still there to resume from)."""
+    import shutil
+
+    if created:
+        shutil.rmtree(run_dir.path, ignore_errors=True)
+        return
+    from thub.data.training import DATA_DIR
+
+    shutil.rmtree(run_dir.path / DATA_DIR, ignore_errors=True)
+    if not resumed:
+        run_dir.record.unlink(missing_ok=True)
 
 
 def _resume_point(run_dir: RunDirectory, resolved: ResolvedConfig) -> str | None:
