@@ -7,6 +7,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from thub_plugin_instructlab.outputs import (
     MetricsConverter,
     OutputFollower,
@@ -161,3 +162,33 @@ def test_a_resumed_run_continues_the_step_numbers_and_logs_each_step_once(tmp_pa
     assert [line["step"] for line in lines] == list(range(1, 19))
     assert all(line["max_steps"] == 18 for line in lines)
     assert lines[6]["timestamp"] == datetime.fromisoformat("2026-11-30T10:01:00").timestamp()  # step 7 of the resume
+
+
+def test_instructlab_resumes_from_the_checkpoint_thub_decides(tmp_path: Path) -> None:
+    """instructlab-training's load_latest_full_state loads the full_state/ entry with the largest number,
+    complete or not (a half-written one crashes the resume at its training_metadata.json); thub's
+    resume_point moves newer incomplete ones aside, so instructlab's own code loads the newest complete."""
+    from types import SimpleNamespace
+
+    import torch
+    from instructlab.training.utils import load_latest_full_state
+    from thub_plugin_instructlab.runner import resume_point
+
+    full_state = tmp_path / "full_state"
+    for name, complete in (("epoch_1", True), ("epoch_2", False)):
+        (full_state / name).mkdir(parents=True)
+        torch.save({"state": {}}, full_state / name / "optimizer.bin")
+        if complete:  # written last, by the main process, after accelerator.save_state
+            torch.save({"current_epoch": 1, "samples_seen": 64}, full_state / name / "training_metadata.json")
+    loaded: list[Path] = []
+    accelerator = SimpleNamespace(load_state=loaded.append)
+    with pytest.raises(FileNotFoundError):  # left to itself: the half-written epoch_2, and a crash
+        load_latest_full_state(SimpleNamespace(output_dir=str(tmp_path)), accelerator)
+    assert loaded == [full_state / "epoch_2"]
+    loaded.clear()
+    assert resume_point(tmp_path) == (full_state / "epoch_1", 1)
+    assert (tmp_path / "full_state.incomplete" / "epoch_2").is_dir() and not (full_state / "epoch_2").exists()
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    load_latest_full_state(args, accelerator)
+    assert loaded == [full_state / "epoch_1"] and args.samples_seen == 64
+    assert resume_point(tmp_path / "elsewhere") is None

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from thub.backend import RunContext, root_cause_from_file
+from thub.backend import RunContext, library_resume_point, root_cause_from_file, torch_file_problem
 from thub_plugin_instructlab.data import DataReport, prepare
 from thub_plugin_instructlab.outputs import MetricsConverter, OutputFollower, checkpoint_dirs, expected_max_steps
 from thub_plugin_instructlab.translate import translate
@@ -50,6 +50,20 @@ def failure_message(ckpt_output_dir: str | Path, node_rank: int) -> str | None:
     return cause[-1] if cause else None
 
 
+def _full_state_step(name: str) -> int | None:
+    number = name.rsplit("_", 1)[-1]  # epoch_E, or samples_N of an on-demand save: instructlab's own sort key
+    return int(number) if number.isdigit() else None
+
+
+def resume_point(ckpt_output_dir: str | Path) -> tuple[Path, int] | None:
+    """thub's decision for instructlab-training, which resumes by itself from the ``full_state/`` entry
+    with the largest number (``load_latest_full_state``), complete or not: the newest complete one
+    (its ``training_metadata.json``, written last, opens), newer half-written ones moved aside."""
+    return library_resume_point(Path(ckpt_output_dir) / "full_state", _full_state_step,
+                                lambda path: torch_file_problem(path / "training_metadata.json"),
+                                "instructlab-training")
+
+
 def _launch_environment() -> None:
     # run_training calls a bare `torchrun`: make it this interpreter's one
     bin_dir = os.path.dirname(sys.executable)
@@ -78,8 +92,10 @@ def run(context: RunContext) -> dict[str, Any]:
 
     torch_args, train_args = build_args(plan)
     node_rank = plan["torchrun_args"]["node_rank"]
-    if (Path(args["ckpt_output_dir"]) / "full_state").is_dir():
-        say("instructlab-training resumes from the newest full_state/ checkpoint in the run directory")
+    # only a --resume finds one (an unfinished run is refused without it; --overwrite clears it)
+    resumed = resume_point(args["ckpt_output_dir"])
+    if resumed:
+        say(f"instructlab-training resumes from {resumed[0]}, the newest complete full_state/ checkpoint")
 
     converter = MetricsConverter(max_steps_for(report, args), args["num_epochs"])
     follower = OutputFollower(
