@@ -55,15 +55,6 @@ atexit.register(lambda: open(os.environ["READS_OUT"], "w").write(json.dumps(read
 
 
 @pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty folder at the front of ``sys.path``."""
-    folder = tmp_path / "site-packages"
-    folder.mkdir()
-    monkeypatch.syspath_prepend(str(folder))
-    return folder
-
-
-@pytest.fixture
 def metadata_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """How often each distribution's METADATA is read in this process from now on (see COUNTER)."""
     reads: Counter[str] = Counter()
@@ -78,7 +69,9 @@ def metadata_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return reads
 
 
-def test_a_doctor_run_parses_each_distribution_once(site: Path, tmp_path: Path) -> None:
+def test_a_doctor_run_parses_each_distribution_once(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"  # on the doctor's PYTHONPATH
+    site.mkdir()
     (site / "thub_manybackends.py").write_text(PLUGIN)
     info = site / "thub_manybackends-1.0.dist-info"
     info.mkdir()
