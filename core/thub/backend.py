@@ -61,7 +61,7 @@ _EXPORTS: dict[str, str] = {
     "root_cause_from_file": "thub.runner.rootcause",
     # resuming a library that finds its own checkpoints: thub decides which one
     "library_resume_point": "thub.runner.checkpoints",
-    "torch_file_problem": "thub.runner.checkpoints",
+    "saved_file_problem": "thub.runner.checkpoints",
     # files
     "write_text_atomic": "thub.fileio",
     # Hugging Face Trainer based libraries
@@ -96,7 +96,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
     from thub.manager import get_registry
     from thub.runner.batching import split_batch, world_size
     from thub.runner.built import DataMismatch, collated_labels
-    from thub.runner.checkpoints import library_resume_point, torch_file_problem
+    from thub.runner.checkpoints import library_resume_point, saved_file_problem
     from thub.runner.context import RunContext
     from thub.runner.follow import PollingFollower
     from thub.runner.hf_trainer import (

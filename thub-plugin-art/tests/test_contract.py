@@ -580,3 +580,38 @@ def test_gradient_checkpointing_false_reaches_arts_trainer_too() -> None:
     assert config["trainer_args"]["gradient_checkpointing"] is False
     for flags in ({}, {"gradient_checkpointing": True}):
         assert "gradient_checkpointing" not in _plan(**flags)["internal_config"]["trainer_args"]
+
+
+def test_art_resumes_from_the_checkpoint_thub_decides(tmp_path: Path) -> None:
+    """ART resumes by itself from the largest checkpoints/NNNN of the model's directory (get_step_from_dir),
+    complete or not; thub's resume_point moves newer half-written adapters aside first, so ART's own step
+    is the newest complete checkpoint's."""
+    import os
+
+    from thub_plugin_art.runner import checkpoints_dir, resume_point
+
+    module = ART_SOURCE / "art" / "utils" / "get_model_step.py"
+    if not module.exists():
+        pytest.skip(f"openpipe-art 0.5.18 is not unpacked at {ART_SOURCE}")
+    # ART's own function, from the wheel (its module imports the rest of art, which is not installed here)
+    tree = ast.parse(module.read_text())
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_step_from_dir")
+    namespace: dict[str, Any] = {"os": os}
+    exec(compile(ast.Module(body=[function], type_ignores=[]), str(module), "exec"), namespace)
+    art_step = types.SimpleNamespace(get_step_from_dir=namespace["get_step_from_dir"])
+
+    plan = _plan(ckpt_output_dir=str(tmp_path / "run"))
+    folder = checkpoints_dir(plan)
+    assert folder == tmp_path / "run" / ".art" / plan["model"]["project"] / "models" / plan["model"]["name"] / \
+        "checkpoints"
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    for step, whole in ((3, True), (4, False)):
+        adapter = folder / f"{step:04d}"
+        adapter.mkdir(parents=True)
+        (adapter / "adapter_config.json").write_text("{}")
+        tensors = len(header).to_bytes(8, "little") + header + (b"\0" * 4 if whole else b"")  # cut: no tensor bytes
+        (adapter / "adapter_model.safetensors").write_bytes(tensors)
+    assert art_step.get_step_from_dir(str(folder.parent)) == 4  # left to itself: the half-written one
+    assert resume_point(plan) == (folder / "0003", 3)
+    assert art_step.get_step_from_dir(str(folder.parent)) == 3
+    assert (folder.with_name("checkpoints.incomplete") / "0004" / "adapter_config.json").exists()

@@ -85,8 +85,9 @@ def checkpoint_problem(path: str | Path) -> str | None:
     return "no model weights"
 
 
-def torch_file_problem(path: Path) -> str | None:
-    """Why a ``torch.save`` file (a zip archive) is missing or cut short, or None when it opens."""
+def saved_file_problem(path: Path) -> str | None:
+    """Why a saved file is missing or cut short, or None when it is whole: a ``.safetensors`` file by its
+    header, anything else as a ``torch.save`` zip archive."""
     if not path.is_file():
         return f"no {path.name}"
     return _weights_problem(path)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from thub.backend import RunContext
+from thub.backend import RunContext, library_resume_point, saved_file_problem
 from thub_plugin_art.translate import translate
 
 CLEANUP_TIMEOUT = float(os.environ.get("THUB_ART_CLEANUP_TIMEOUT", "60"))
@@ -192,9 +192,38 @@ async def _main(context: RunContext, plan: dict[str, Any], art: Any, backend_cla
                       f"{problem}", file=sys.stderr, flush=True)
 
 
+def checkpoints_dir(plan: dict[str, Any]) -> Path:
+    """Where ART keeps the model's LoRA checkpoints (``{art_path}/{project}/models/{name}/checkpoints/NNNN``)."""
+    model = plan["model"]
+    return Path(model["base_path"]) / model["project"] / "models" / model["name"] / "checkpoints"
+
+
+def _adapter_problem(path: Path) -> str | None:
+    try:
+        json.loads((path / "adapter_config.json").read_text())
+    except FileNotFoundError:
+        return "no adapter_config.json"
+    except (OSError, ValueError):
+        return "adapter_config.json is unreadable"
+    weights = path / "adapter_model.safetensors"
+    return saved_file_problem(weights if weights.exists() or not (path / "adapter_model.bin").exists()
+                              else path / "adapter_model.bin")
+
+
+def resume_point(plan: dict[str, Any]) -> tuple[Path, int] | None:
+    """thub's decision for ART, which resumes by itself from its largest checkpoints/NNNN (complete or
+    not): the newest complete adapter, newer half-written ones moved aside before ART looks."""
+    return library_resume_point(checkpoints_dir(plan), lambda name: int(name) if name.isdigit() else None,
+                                _adapter_problem, "ART")
+
+
 def run_with(context: RunContext, plan: dict[str, Any], art: Any, backend_class: Any) -> dict[str, Any]:
     """Run the loop; once the outcome is kept, errors from ART's/vLLM's shutdown do not fail the run."""
     state: dict[str, Any] = {}
+    # only a --resume finds one (an unfinished run is refused without it; --overwrite clears it)
+    resumed = resume_point(plan)
+    if resumed:
+        print(f"thub: ART resumes from {resumed[0]} (step {resumed[1]}), the newest complete checkpoint", flush=True)
     try:
         asyncio.run(_main(context, plan, art, backend_class, state))
     except Exception as exc:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from thub.backend import RunContext, library_resume_point, root_cause_from_file, torch_file_problem
+from thub.backend import RunContext, library_resume_point, root_cause_from_file, saved_file_problem
 from thub_plugin_instructlab.data import DataReport, prepare
 from thub_plugin_instructlab.outputs import MetricsConverter, OutputFollower, checkpoint_dirs, expected_max_steps
 from thub_plugin_instructlab.translate import translate
@@ -60,7 +60,7 @@ def resume_point(ckpt_output_dir: str | Path) -> tuple[Path, int] | None:
     with the largest number (``load_latest_full_state``), complete or not: the newest complete one
     (its ``training_metadata.json``, written last, opens), newer half-written ones moved aside."""
     return library_resume_point(Path(ckpt_output_dir) / "full_state", _full_state_step,
-                                lambda path: torch_file_problem(path / "training_metadata.json"),
+                                lambda path: saved_file_problem(path / "training_metadata.json"),
                                 "instructlab-training")
 
 

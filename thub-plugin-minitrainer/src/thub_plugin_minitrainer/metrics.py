@@ -136,11 +136,11 @@ def full_state_problem(path: Path) -> str | None:
     """Why a ``full_state_checkpoints/step_N`` cannot be resumed from (None: complete): mini-trainer's
     FullStateCheckpointer writes the model shards (``distributed/``), each rank's optimizer and RNG
     state, then ``training_state.pt``; a kill in between leaves some of them out."""
-    from thub.backend import torch_file_problem
+    from thub.backend import saved_file_problem
 
     if not (path / "distributed" / ".metadata").is_file():
         return "no distributed/.metadata (the model shards)"
-    problem = torch_file_problem(path / "training_state.pt")
+    problem = saved_file_problem(path / "training_state.pt")
     if problem:
         return problem
     ranks = {kind: sorted(int(f.name.split("_rank_")[1].split(".")[0]) for f in path.glob(f"{kind}_rank_*.pt"))
@@ -150,7 +150,7 @@ def full_state_problem(path: Path) -> str | None:
     if ranks["rng_state"] != ranks["optimizer"]:
         return f"RNG state of ranks {ranks['rng_state']}, optimizer state of ranks {ranks['optimizer']}"
     for rank in ranks["optimizer"]:
-        problem = torch_file_problem(path / f"optimizer_rank_{rank}.pt")
+        problem = saved_file_problem(path / f"optimizer_rank_{rank}.pt")
         if problem:
             return problem
     return None
