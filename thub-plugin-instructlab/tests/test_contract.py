@@ -148,6 +148,20 @@ def test_master_addr_and_rdzv_endpoint() -> None:
     assert "master_addr" not in plan["torchrun_args"] and "master_port" not in plan["torchrun_args"]
 
 
+def test_a_master_port_without_master_addr_is_refused_not_dropped() -> None:
+    """torchrun uses master_port only with a static rendezvous (master_addr): a master_port parameter
+    beside none, or beside an rdzv_endpoint, changed nothing (dropped); one from the environment
+    (a launcher sets MASTER_PORT everywhere) is still left out quietly."""
+    with pytest.raises(UsageError, match="master_port 29501 .*only with master_addr"):
+        _plan(master_port=29501)
+    with pytest.raises(UsageError, match="master_port 29501 .*only with master_addr"):
+        _plan(master_port=29501, rdzv_endpoint="b:1")
+    registry = load_registry()
+    values = resolve(registry, "sft", backend=BACKEND, flags={**BASE, "rdzv_endpoint": "b:1"}, environ={}).values()
+    assert "master_port" not in translate("sft", values, environ={"MASTER_PORT": "5"}, flash_attn=False)[
+        "torchrun_args"]
+
+
 def test_unhonoured_parameters_are_rejected() -> None:
     registry = load_registry()
     for name, value in (("max_steps", 5), ("packing", True), ("lr_scheduler", "linear"), ("save_steps", 10)):

@@ -128,6 +128,9 @@ def torchrun_params(params: Mapping[str, Any],
         values.pop(drop)
         sources[drop] = f"dropped: {'master_addr' if drop == 'rdzv_endpoint' else 'rdzv_endpoint'} has precedence"
     if "master_port" in values and "master_addr" not in values:
+        if sources["master_port"] == "parameter":  # the user's own setting would change nothing: refused
+            raise UsageError(f"master_port {values['master_port']} is used only with master_addr (a static "
+                             "rendezvous); set master_addr too, or leave master_port out with rdzv_endpoint")
         values.pop("master_port")
         sources["master_port"] = "dropped: only used with master_addr"
     return values, sources
