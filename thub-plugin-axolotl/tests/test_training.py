@@ -92,3 +92,35 @@ def test_lora_and_pretraining_runs(ax_env: dict[str, str], tiny_model: Path, dem
     assert [line["step"] for line in read_metrics(out / "training_metrics.jsonl")] == [1, 2]
     if algorithm == "lora_sft":
         assert (out / "checkpoints" / "adapter_model.safetensors").exists()
+
+
+@pytest.mark.parametrize("unmask", [False, True])
+def test_measured_examples_and_masks_equal_thubs_on_the_edge_cases(
+        ax_env: dict[str, str], unmask: bool, tiny_model: Path, edge_cases: Path, edge_cases_max_seq_len: int,
+        tmp_path: Path) -> None:
+    """issue 25 items 3 and 5 for real: what axolotl's Trainer built (its train dataset through its
+    collator, measured by thub's callback before step 1) is every edge-case row, the overlong one
+    cut, with thub's masks (unmask_messages: every token)."""
+    out = tmp_path / "edge"
+    done = subprocess.run([sys.executable, "-m", "thub", *common(tiny_model, edge_cases / "chat.jsonl", out),
+                           "--max-steps", "1", "--max-seq-len", str(edge_cases_max_seq_len),
+                           "--set", f"unmask_messages={str(unmask).lower()}"],
+                          capture_output=True, text=True, env=ax_env, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    built = json.loads((out / "result.json").read_text())["built"]
+    assert built["by"].startswith("axolotl ") and built["examples"] == 10
+    assert built["matches"] is True and built["masks_equal"] is True, built
+    if unmask:  # every token but each example's first (never predicted) has a loss
+        assert built["trained_tokens"] == built["tokens"] - 10
+
+
+def test_measured_pretraining_blocks_equal_thubs(ax_env: dict[str, str], tiny_model: Path, edge_cases: Path,
+                                                 tmp_path: Path) -> None:
+    """issue 25 item 4 for real: 5 documents + 5 EOS = 5535 tokens, 86 blocks of 64, as thub builds them."""
+    out = tmp_path / "pt"
+    done = subprocess.run([sys.executable, "-m", "thub", *common(tiny_model, edge_cases / "documents.jsonl", out),
+                           "--max-steps", "1", "--is-pretraining", "--block-size", "64"],
+                          capture_output=True, text=True, env=ax_env, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    built = json.loads((out / "result.json").read_text())["built"]
+    assert (built["examples"], built["tokens"], built["trained_tokens"], built["matches"]) == (86, 5504, 5418, True)
