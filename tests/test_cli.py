@@ -113,7 +113,7 @@ def test_train_help_is_generated_from_the_model(thub_cli) -> None:
     for option in ("--lora-r", "--lora-alpha", "--target-modules", "--unmask-messages / --no-unmask-messages",
                    "--learning-rate"):
         assert option in result.stdout
-    assert "LoRA rank. [lora; default: 16]" in " ".join(result.stdout.split())
+    assert "LoRA rank. [lora; default: 16; x >= 1]" in " ".join(result.stdout.split())
 
 
 def test_every_example_config_resolves(thub_cli) -> None:

@@ -88,7 +88,7 @@ class BaseParams(BaseModel):
         "concat", group="data",
         help="How datasets are combined: concat, or interleave until the shortest/longest ends.")
     mix_probabilities: list[Annotated[float, Field(ge=0)]] | None = param(
-        group="data", help="Sampling weights of the datasets for interleaving (each >= 0).")
+        group="data", help="Sampling weights of the datasets for interleaving.")
     num_epochs: int | None = param(group="core", help="Passes over the data.", ge=1)
     max_steps: int | None = param(group="core",
                                   help="Stop after this many optimizer steps (overrides num_epochs where the backend "
@@ -101,7 +101,7 @@ class BaseParams(BaseModel):
     max_tokens_per_gpu: int | None = param(group="core",
                                            help="Token budget per GPU per micro-batch (dynamic batching).", ge=1)
     seed: int = param(42, group="core", ge=0, lt=2**32,
-                      help="Random seed for data order and initialisation (0 <= seed < 2**32, as numpy requires).")
+                      help="Random seed for data order and initialisation (numpy's range).")
     data_output_dir: str | None = param(path=True, group="core",
                                         help="Where prepared data goes (default: inside the run directory).")
     save_steps: int | None = param(group="core", help="Save a checkpoint every N steps.", ge=1)
@@ -120,15 +120,15 @@ class BaseParams(BaseModel):
     lr_scheduler_kwargs: dict[str, Any] | None = param(group="optimizer",
                                                        help="Extra scheduler arguments (JSON object).")
     warmup_steps: int | None = param(group="optimizer", help="Linear warm-up steps.", ge=0)
-    beta1: float | None = param(group="optimizer", help="AdamW beta1 (0 <= beta1 < 1, as in torch).", ge=0, lt=1)
-    beta2: float | None = param(group="optimizer", help="AdamW beta2 (0 <= beta2 < 1, as in torch).", ge=0, lt=1)
+    beta1: float | None = param(group="optimizer", help="AdamW beta1 (torch's range).", ge=0, lt=1)
+    beta2: float | None = param(group="optimizer", help="AdamW beta2 (torch's range).", ge=0, lt=1)
     eps: float | None = param(group="optimizer", help="AdamW epsilon.", gt=0)
     weight_decay: float | None = param(group="optimizer", help="AdamW weight decay.", ge=0)
     max_grad_norm: float | None = param(group="optimizer", help="Gradient clipping norm.", gt=0)
 
     # torchrun / distributed
     nproc_per_node: Annotated[int, Field(ge=1)] | Literal["auto", "gpu"] | None = param(
-        group="distributed", help="Processes per node (an int >= 1, 'auto' or 'gpu').")
+        group="distributed", help="Processes per node (an int, 'auto' or 'gpu').")
     nnodes: int | None = param(group="distributed", help="Number of nodes.", ge=1)
     node_rank: int | None = param(group="distributed", help="Rank of this node.", ge=0)
     rdzv_id: str | None = param(group="distributed", help="Rendezvous id.")

@@ -69,7 +69,7 @@ class OSFTParams(SFTParams):
     """Orthogonal-subspace fine-tuning: learn new tasks while preserving old ones."""
 
     unfreeze_rank_ratio: float = param(REQUIRED, group="osft", gt=0, le=1,
-                                       help="Fraction of each matrix's singular subspace to train, in (0, 1].")
+                                       help="Fraction of each matrix's singular subspace to train.")
     target_patterns: list[str] | None = param(group="osft",
                                               help="Module-name patterns to apply OSFT to (default: per-model map).")
 
@@ -134,8 +134,8 @@ class GRPOParams(BaseParams):
     max_tokens: int = param(512, group="grpo", help="Maximum completion tokens.", ge=1)
     max_prompt_length: int | None = param(group="grpo", help="Maximum prompt tokens.", ge=1)
     temperature: float = param(0.7, group="grpo", gt=0,
-                               help="Sampling temperature of the rollouts (passed to every backend's generator; > 0: "
-                                    "transformers refuses 0 when sampling, and GRPO samples).")
+                               help="Sampling temperature of the rollouts (passed to every backend's generator; not 0: "
+                                    "transformers refuses it when sampling, and GRPO samples).")
     beta: float | None = param(group="grpo", help="KL penalty coefficient (0 disables the reference model).", ge=0)
     system_prompt: str | None = param(group="grpo", help="System prompt prepended to every question.")
     gpu_memory_utilization: float | None = param(group="grpo",

@@ -54,7 +54,7 @@ def _template_lines(infos: list[ParamInfo]) -> list[str]:
     """The commented lines of one group's parameters: help and type, then the default."""
     lines: list[str] = []
     for info in infos:
-        lines.append(f"# {info.help} ({info.type_label()})")
+        lines.append(f"# {info.help} ({info.type_label()}{', ' + info.bounds if info.bounds else ''})")
         if info.required:
             lines.append(f"{info.name}:   # required")
         else:

@@ -20,7 +20,9 @@ def option_for(info: ParamInfo, honoured: bool = True) -> click.Option:
     # An unset default (None) leaves the value to the backend (its defaults, then its library's).
     default = ("required" if info.required else
                "default: the backend's" if info.default is None else f"default: {format_value(info.default)}")
-    help_text = f"{info.help} [{info.group}; {default}" + ("" if honoured else "; honoured by: none installed") + "]"
+    bounds = f"; {info.bounds}" if info.bounds else ""
+    help_text = (f"{info.help} [{info.group}; {default}{bounds}"
+                 + ("" if honoured else "; honoured by: none installed") + "]")
     if info.is_flag:
         name = info.option.removeprefix("--")
         return click.Option([f"--{name}/--no-{name}", info.name], default=None, help=help_text)

@@ -31,6 +31,7 @@ class ParamInfo:
     flag: str | None = None
     split: bool = True
     path: bool = False  # a file-system path (param(path=True)): its `~` is expanded at validation
+    bounds: str = ""  # the field's numeric constraints as text (">= 1", "0 <= x < 1"): bounds_text()
 
     @property
     def option(self) -> str:
@@ -112,8 +113,42 @@ def param_infos(model: type[BaseModel]) -> dict[str, ParamInfo]:
             flag=flag if isinstance(flag, str) else None,  # param() takes a str
             split=bool(extra.get("split", True)),
             path=bool(extra.get("path", False)),
+            bounds=bounds_text([*field.metadata, *_annotated_metadata(field.annotation)]),
         )
     return infos
+
+
+def _annotated_metadata(annotation: Any) -> list[Any]:
+    """Constraints declared inside the type (``Annotated[int, Field(ge=1)] | Literal[...]``,
+    ``list[Annotated[float, Field(ge=0)]]``): each ``Field``'s own metadata, flattened."""
+    found: list[Any] = []
+    if get_origin(annotation) is typing.Annotated:
+        for item in get_args(annotation)[1:]:
+            found.extend(getattr(item, "metadata", None) or [item])
+        annotation = get_args(annotation)[0]
+    for member in get_args(annotation):
+        found.extend(_annotated_metadata(member))
+    return found
+
+
+def bounds_text(metadata: list[Any]) -> str:
+    """``x >= 1``, ``0 <= x < 1``, ... from pydantic's ``ge``/``gt``/``le``/``lt`` constraints
+    (the one definition of a bound: the CLI help and ``thub config init`` show it from here)."""
+    low: tuple[str, str] | None = None
+    high: tuple[str, str] | None = None
+    for item in metadata:
+        for name, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(item, name, None)
+            if value is not None and type(item).__name__.lower() == name:
+                text = f"{value:g}" if isinstance(value, float) else str(value)
+                if name in ("ge", "gt"):
+                    low = (sign, text)
+                else:
+                    high = (sign, text)
+    if low and high:  # 0 <= x < 1
+        return f"{low[1]} {low[0].replace('>', '<')} x {high[0]} {high[1]}"
+    one = low or high
+    return f"x {one[0]} {one[1]}" if one else ""
 
 
 def _is_text(annotation: Any) -> bool:
