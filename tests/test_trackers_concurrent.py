@@ -37,3 +37,40 @@ def test_five_concurrent_runs_on_a_new_sqlite_store(tiny_model: Path, demo_data:
     later = client.create_run(experiment.experiment_id)  # the store still works
     client.log_metric(later.info.run_id, "x", 1.0)
     assert client.get_run(later.info.run_id).data.metrics == {"x": 1.0}
+
+
+def test_a_store_that_fails_during_training_is_a_warning(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    import json
+    import sqlite3
+    import time
+
+    from thub.runner.metrics import read_metrics
+
+    database = tmp_path / "store" / "mlflow.db"
+    out = tmp_path / "run"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("THUB_", "MLFLOW_"))}
+    process = subprocess.Popen([sys.executable, "-m", "thub", "train", "sft", "--backend", "trl",
+                                "--model-path", str(tiny_model), "--data-path", str(demo_data / "chat.jsonl"),
+                                "--ckpt-output-dir", str(out), "--max-steps", "8", "--effective-batch-size", "2",
+                                "--no-save-final-checkpoint", "--mlflow-tracking-uri", f"sqlite:///{database}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ, cwd=ROOT)
+    holder = None
+    try:
+        deadline = time.time() + 900  # a hang guard
+        while len(read_metrics(out / "training_metrics.jsonl")) < 2:
+            assert process.poll() is None and time.time() < deadline, process.communicate()
+            time.sleep(0.05)
+        # the store becomes unusable while the run trains: another process holds it locked
+        holder = sqlite3.connect(database, isolation_level=None, timeout=60)
+        holder.execute("BEGIN EXCLUSIVE")
+        _out, err = process.communicate(timeout=900)
+    finally:
+        if holder is not None:
+            holder.execute("ROLLBACK")
+            holder.close()
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "succeeded", result
+    assert "thub: warning: the mlflow tracker failed" in (out / "logs" / "train.log").read_text()

@@ -101,6 +101,10 @@ def metrics_callback(context: RunContext, *, reason: str | None = None) -> Any:
     """
     from transformers import TrainerCallback
 
+    from thub.runner.tracker_guard import guard_reporting_integrations
+
+    guard_reporting_integrations()  # a tracker failing mid-run is a warning, not the run's status
+
     class ThubCallback(TrainerCallback):
         def __init__(self) -> None:
             self.last_tokens: float | None = None
