@@ -35,6 +35,10 @@ from thub.testing.masks import mask_differences
 ROOT = Path(__file__).parents[2]
 AXOLOTL = ROOT / "build" / "axolotl-0.19.0"
 PREP = Path(__file__).parent / "axolotl_data_prep.py"
+#: already tokenized rows (written by the fixture): 8, 40 and 12 tokens, the first two masked
+PROCESSED = Path("processed.jsonl")
+PROCESSED_ROWS = [{"input_ids": list(range(5, 5 + n)), "labels": [-100] * 2 + list(range(7, 5 + n))}
+                  for n in (8, 40, 12)]
 
 #: name -> (data file in the edge-case set, thub flags)
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -43,6 +47,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "drop": ("chat.jsonl", {"overlong": "drop"}),
     "packing": ("chat.jsonl", {"packing": True}),
     "documents": ("documents.jsonl", {"is_pretraining": True, "block_size": 64}),
+    "processed": (str(PROCESSED), {"max_seq_len": 16}),
+    "processed_drop": (str(PROCESSED), {"max_seq_len": 16, "overlong": "drop"}),
 }
 
 
@@ -66,11 +72,14 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path, edge_ca
         pytest.skip(f"{AXOLOTL} missing (scripts/test-all.sh unpacks the axolotl wheel there)")
     results: dict[str, dict[str, Any]] = {}
     configs: dict[str, str] = {}
+    data_dir = tmp_path_factory.mktemp("data")
+    (data_dir / PROCESSED).write_text("".join(json.dumps(r) + "\n" for r in PROCESSED_ROWS))
     for name, (data, flags) in CASES.items():
         run_dir = tmp_path_factory.mktemp(name)
+        source = data_dir / data if data == str(PROCESSED) else edge_cases / data
         try:
-            configs[name] = written_config(run_dir, tiny_model, edge_cases / data,
-                                           {"max_seq_len": edge_cases_max_seq_len, **flags})
+            configs[name] = written_config(run_dir, tiny_model, source, {"max_seq_len": edge_cases_max_seq_len,
+                                                                         **flags})
         except UsageError as exc:  # reported by the case's test
             results[name] = {"error": f"thub refused: {exc}"}
     environ = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "AXOLOTL_DO_NOT_TRACK": "1",
@@ -145,3 +154,11 @@ def test_pretraining_blocks_are_thubs(prepared: dict[str, dict[str, Any]], tiny_
     built = examples(prepared, "documents")
     assert len(built) == len(ours) == 86  # 5535 tokens (5 documents + 5 EOS): 86 full blocks of 64
     assert built == ours
+
+
+def test_pretokenized_rows_follow_thubs_overlong_policy(prepared: dict[str, dict[str, Any]]) -> None:
+    """Already tokenized rows are trained as given, the 40-token one cut at max_seq_len 16 (or left
+    out under ``overlong: drop``): thub's policy for such rows (``processed_samples``)."""
+    cut = [{k: v[:16] for k, v in row.items()} for row in PROCESSED_ROWS]
+    assert examples(prepared, "processed") == cut
+    assert examples(prepared, "processed_drop") == [PROCESSED_ROWS[0], PROCESSED_ROWS[2]]
