@@ -9,6 +9,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 GOOD = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
 
@@ -100,3 +103,108 @@ def test_plot_skips_non_finite_values_and_names_them(tmp_path: Path) -> None:
     summary = json.loads(thub("plot", str(run), str(other), "--json").stdout)  # strict JSON: no NaN in it
     first = summary["runs"][0]
     assert first["points"] == 2 and first["last"] == 1.0
+
+
+# item 10: huge rows and files are read and encoded within bounds ---------------------------------
+
+LONG_ROWS = [
+    # a long trained answer: cut inside the assistant turn
+    {"messages": [{"role": "user", "content": "Tell me."}, {"role": "assistant", "content": "word " * 4000}]},
+    # a long prompt: nothing trained is left after the cut (dropped as untrainable either way)
+    {"messages": [{"role": "user", "content": "ask " * 5000}, {"role": "assistant", "content": "ok"}]},
+    # no spaces at all, and many-byte characters around every cut
+    {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x" * 30000}]},
+    {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "é中😀\n" * 6000}]},
+    {"messages": [{"role": "system", "content": "rules " * 3000}, {"role": "user", "content": "q"},
+                  {"role": "assistant", "content": "a"}]},
+    {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "9" * 20000}], "unmask": True},
+]
+
+
+def _tokenize(rows: list[dict[str, Any]], tokenizer: Any, max_seq_len: int, overlong: str, *,
+              whole: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from thub.data import tokenize
+
+    with pytest.MonkeyPatch.context() as patch:
+        if whole:  # the whole-row encode as it was, the reference: no prefix bound
+            patch.setattr(tokenize, "text_bound", lambda *_args: None)
+        out, stats = tokenize.tokenize_chat(rows, tokenizer, max_seq_len, overlong=overlong)
+    return out, stats.as_dict()
+
+
+def test_a_prefix_encode_keeps_exactly_what_the_whole_encode_keeps(edge_cases: Path, tiny_model: Path) -> None:
+    """The measured-counts comparison (issue 25) needs thub's tokens byte-identical: every row of
+    the edge-case set and long rows of every kind, under each overlong policy and several limits."""
+    from transformers import AutoTokenizer
+
+    from thub.data import tokenize
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    lines = (edge_cases / "chat.jsonl").read_text().splitlines()
+    rows = [row for row in (json.loads(line) for line in lines if line.strip()) if "messages" in row] + LONG_ROWS
+    for max_seq_len in (8, 32, 256):
+        bound = tokenize.text_bound(tokenizer.backend_tokenizer, max_seq_len)
+        assert bound is not None and any(len(json.dumps(row)) > bound for row in LONG_ROWS)  # the bound is used
+        for overlong in ("truncate", "drop"):
+            fast = _tokenize(rows, tokenizer, max_seq_len, overlong, whole=False)
+            assert fast == _tokenize(rows, tokenizer, max_seq_len, overlong, whole=True), (max_seq_len, overlong)
+    lines = (edge_cases / "documents.jsonl").read_text().splitlines()
+    documents = [json.loads(line) for line in lines if line.strip()]
+    documents += [{"document": "text " * 5000}, {"document": "z" * 20000}]
+    for max_seq_len in (8, 64):
+        fast_docs, fast_stats = tokenize.tokenize_documents(documents, tokenizer, max_seq_len)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(tokenize, "text_bound", lambda *_args: None)
+            whole_docs, whole_stats = tokenize.tokenize_documents(documents, tokenizer, max_seq_len)
+        assert fast_docs == whole_docs and fast_stats.as_dict() == whole_stats.as_dict()
+
+
+PEAK = '''
+import json, resource, sys
+from transformers import AutoTokenizer
+from thub.data.tokenize import tokenize_chat
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "word " * 1_000_000}]}
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out, stats = tokenize_chat([row], tokenizer, 128)
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(json.dumps({"grown_kib": grown, "tokens": len(out[0]["input_ids"]), "truncated": stats.truncated}))
+'''
+
+
+def test_a_5_mb_row_with_max_seq_len_128_is_not_tokenised_whole(tiny_model: Path) -> None:
+    """Memory, not time: the whole 5 MB row took ~1.2 GB more resident memory (the Rust encoding
+    of every token with its offsets); what 128 tokens need is a few MB."""
+    done = subprocess.run([sys.executable, "-c", PEAK, str(tiny_model)], capture_output=True, text=True,
+                          timeout=600)  # a hang guard
+    assert done.returncode == 0, done.stderr
+    peak = json.loads(done.stdout.splitlines()[-1])
+    assert peak["tokens"] == 128 and peak["truncated"] == 1
+    assert peak["grown_kib"] < 300 * 1024, peak  # generous: the row itself is 5 MB
+
+
+READ = '''
+import json, sys, tracemalloc
+from thub.data.problems import Problems
+from thub.data.readers import iter_records
+tracemalloc.start()
+problems = Problems()
+records = sum(1 for _ in iter_records(sys.argv[1], problems))
+print(json.dumps({"peak": tracemalloc.get_traced_memory()[1], "records": records,
+                  "errors": problems.error_count}))
+'''
+
+
+def test_a_huge_sparse_file_is_refused_without_holding_it(tmp_path: Path) -> None:
+    sparse = tmp_path / "sparse.jsonl"
+    with sparse.open("wb") as handle:  # 512 MB of NUL bytes that take no disk space
+        handle.write(json.dumps(GOOD).encode() + b"\n")
+        handle.truncate(512 * 1024 * 1024)
+    done = subprocess.run([sys.executable, "-c", READ, str(sparse)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout)
+    assert measured["records"] == 1 and measured["errors"] == 1
+    assert measured["peak"] < 32 * 1024 * 1024, measured  # was twice the file (its bytes and its text)
+    checked = thub("data", "check", str(sparse))
+    assert checked.returncode == 2 and f"{sparse}:2: expected a JSON object, found malformed JSON" in checked.stderr
+    assert "Traceback" not in checked.stderr

@@ -67,53 +67,89 @@ def iter_records(path: str | os.PathLike[str], problems: Problems) -> Generator[
         yield from _iter_hf(Path(path))
 
 
+#: A line longer than this that does not start like a JSON object is malformed whatever follows:
+#: it is reported from its first bytes, and the rest is skipped without being held (a 2 GB file
+#: of NUL bytes is one such "line").
+LONG_LINE = 1 << 20
+
+
 def _iter_jsonl(path: Path, problems: Problems) -> Iterator[Record]:
-    # Decode the file once and call the C scanner per line: json.loads adds a Python-level
-    # wrapper per call that costs ~15% on 100k-line files. Any line the scanner rejects goes
-    # through json.loads again, only to get its precise error message.
-    data = path.read_bytes().removeprefix(_BOM)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        yield from _iter_jsonl_bytes(path, data, problems)
-        return
+    """Line by line from the file (never the whole file in memory): the C scanner per line (a
+    Python-level json.loads wrapper per call costs ~15% on 100k-line files); a line it rejects
+    goes through json.loads again, only for its precise error message."""
     scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__; not in typeshed
     name = str(path)
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line or line.isspace():
-            continue
-        try:
-            start = 0 if line[0] not in " \t\r" else len(line) - len(line.lstrip())
-            value, end = scan(line, start)
-            if end == len(line) or line[end:].isspace():
-                yield f"{name}:{number}", value
+    with path.open("rb") as handle:
+        for number, raw in enumerate(_lines(handle), start=1):
+            if number == 1:
+                raw = raw.removeprefix(_BOM)
+            if isinstance(raw, _Head):
+                problems.error(f"{name}:{number}", "", _malformed(bytes(raw)), kind="json")
                 continue
-        except (StopIteration, json.JSONDecodeError, RecursionError):
-            pass
-        try:
-            yield f"{name}:{number}", json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.error(f"{name}:{number}", "", f"expected a JSON object, found malformed JSON ({exc.msg} at "
-                           f"column {exc.colno})", kind="json")
-        except RecursionError:
-            problems.error(f"{name}:{number}", "", TOO_DEEP, kind="json")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problems.error(f"{name}:{number}", "", f"expected UTF-8 text, found invalid byte at column "
+                               f"{exc.start + 1}", kind="encoding")
+                continue
+            if not line or line.isspace():
+                continue
+            try:
+                start = 0 if line[0] not in " \t\r" else len(line) - len(line.lstrip())
+                value, end = scan(line, start)
+                if end == len(line) or line[end:].isspace():
+                    yield f"{name}:{number}", value
+                    continue
+            except (StopIteration, json.JSONDecodeError, RecursionError):
+                pass
+            try:
+                yield f"{name}:{number}", json.loads(line)
+            except json.JSONDecodeError as exc:
+                problems.error(f"{name}:{number}", "", f"expected a JSON object, found malformed JSON ({exc.msg} at "
+                               f"column {exc.colno})", kind="json")
+            except RecursionError:
+                problems.error(f"{name}:{number}", "", TOO_DEEP, kind="json")
 
 
-def _iter_jsonl_bytes(path: Path, data: bytes, problems: Problems) -> Iterator[Record]:
-    """Line by line from bytes, so an invalid UTF-8 byte is reported at its line."""
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
+class _Head(bytes):
+    """The first bytes of an overlong line that cannot be a JSON object (the rest was skipped)."""
+
+
+def _lines(handle: Any) -> Iterator[bytes]:
+    """The file's lines without their newline; a line over :data:`LONG_LINE` bytes whose first
+    non-blank byte cannot start a JSON value is yielded as a :class:`_Head` of its first bytes
+    and the rest of it is read past in blocks, never held."""
+    while True:
+        raw = handle.readline(LONG_LINE)
+        if not raw:
+            return
+        if raw.endswith(b"\n") or len(raw) < LONG_LINE:
+            yield raw.rstrip(b"\n")
             continue
-        try:
-            yield f"{path}:{number}", json.loads(line)
-        except UnicodeDecodeError as exc:
-            problems.error(f"{path}:{number}", "", f"expected UTF-8 text, found invalid byte at column {exc.start + 1}",
-                           kind="encoding")
-        except json.JSONDecodeError as exc:
-            problems.error(f"{path}:{number}", "", f"expected a JSON object, found malformed JSON ({exc.msg} at "
-                           f"column {exc.colno})", kind="json")
-        except RecursionError:
-            problems.error(f"{path}:{number}", "", TOO_DEEP, kind="json")
+        if raw.lstrip()[:1] in (b"{", b"[", b'"'):  # a long row (or value): held, as it must be to be read
+            rest = [raw]
+            while not raw.endswith(b"\n"):
+                raw = handle.readline(LONG_LINE)
+                if not raw:
+                    break
+                rest.append(raw)
+            yield b"".join(rest).rstrip(b"\n")
+            continue
+        head = _Head(raw[:4096])
+        while not raw.endswith(b"\n"):
+            raw = handle.readline(LONG_LINE)
+            if not raw:
+                break
+        yield head
+
+
+def _malformed(head: bytes) -> str:
+    """The malformed-JSON message of a line from its first bytes."""
+    try:
+        json.loads(head.decode("utf-8", "replace"))
+    except json.JSONDecodeError as exc:
+        return f"expected a JSON object, found malformed JSON ({exc.msg} at column {exc.colno})"
+    return "expected a JSON object, found malformed JSON (a line of more than 1 MiB that is not one)"
 
 
 def _iter_json_array(path: Path, problems: Problems) -> Iterator[Record]:

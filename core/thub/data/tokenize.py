@@ -29,6 +29,8 @@ from thub.errors import UsageError
 IGNORE = -100
 OVERLONG = ("truncate", "drop", "error")
 BATCH = 1000
+#: Tokens encoded beyond ``max_seq_len`` when a long row is encoded by a prefix (:func:`text_bound`).
+MARGIN = 64
 Sample = tuple[list[int], "list[Range] | None"]  # input_ids, trained token ranges (None: all)
 
 
@@ -105,6 +107,40 @@ def rust_tokenizer(tokenizer: Any) -> Any:
         raise UsageError("tokenizer: expected a fast (Rust) tokenizer, found a slow Python one; "
                          "save the model with a tokenizer.json")
     return backend
+
+
+def text_bound(backend: Any, max_seq_len: int | None) -> int | None:
+    """How many characters of a rendered row are encoded at first when ``max_seq_len`` is set: a
+    token covers at most as many characters as its longest vocabulary entry, so this many hold
+    ``max_seq_len + MARGIN`` tokens at the least (what no overlong policy keeps more of). A 50 MB
+    row is then not tokenised whole to keep 128 tokens of it (:func:`long_prefix`)."""
+    if max_seq_len is None:
+        return None
+    longest = max((len(token) for token in backend.get_vocab(with_added_tokens=True)), default=1)
+    return (max_seq_len + MARGIN) * max(longest, 1)
+
+
+def long_prefix(backend: Any, text: str, max_seq_len: int, bound: int, *, special: bool = False) -> int | None:
+    """The length of a prefix of ``text`` whose first ``max_seq_len`` tokens are those of ``text``
+    itself, or None to encode it whole (it is not longer than ``bound``, or no shorter prefix
+    could be shown to hold them).
+
+    A cut can only change the tokens next to it; the prefix is accepted when it has at least
+    ``max_seq_len + MARGIN`` tokens and the prefix twice as long starts with the same
+    ``max_seq_len + MARGIN`` tokens, so the cut did not reach back into what is kept.
+    """
+    cut = bound
+    while cut * 2 < len(text):
+        space = text.rfind(" ", cut // 2, cut)  # a cut before a word: the pre-tokenizer splits there too
+        at = space if space > 0 else cut
+        keep = max_seq_len + MARGIN
+        first = backend.encode(text[:at], add_special_tokens=special).ids
+        if len(first) >= keep:
+            longer = backend.encode(text[:at * 2], add_special_tokens=special).ids
+            if first[:keep] == longer[:keep]:
+                return at
+        cut *= 4
+    return None
 
 
 def span_labels(enc: Any, ids: list[int], spans: list[Span]) -> list[int]:
@@ -198,6 +234,9 @@ def encode_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int
     def where(i: int) -> str:
         return locations[i] if locations is not None else f"row {i + 1}"
 
+    bound = text_bound(backend, max_seq_len)
+    cut_rows: set[int] = set()  # rows encoded by a prefix: their full length is not known
+
     def render(indices: range) -> tuple[list[int], list[str], list[list[Span] | None]]:
         kept, texts, spans = [], [], []
         for i in indices:
@@ -208,6 +247,11 @@ def encode_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int
                 stats.rejected_by_template += 1
                 stats.note("rejected_by_template", f"{where(i)}: {exc}")
                 continue
+            if bound is not None and max_seq_len is not None and len(text) > bound:
+                at = long_prefix(backend, text, max_seq_len, bound)
+                if at is not None:  # only what the overlong policy can keep is encoded
+                    text, trained = text[:at], [(a, min(b, at)) for a, b in trained if a < at]
+                    cut_rows.add(i)
             kept.append(i)
             texts.append(text)
             spans.append(None if unmask or rows[i].get("unmask") else trained)
@@ -226,7 +270,7 @@ def encode_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int
             if pending is not None:
                 kept_p, texts_p, spans_p, fast_p, future = pending
                 located = _locate(backend, fast_p, texts_p, spans_p, future.result())
-                _collect(kept_p, located, max_seq_len, overlong, stats, out, overlong_at, where, origin)
+                _collect(kept_p, located, max_seq_len, overlong, stats, out, overlong_at, where, origin, cut_rows)
                 if sink is not None and out:
                     sink(out)  # runs while the Rust tokenizer encodes the next batch
                     out = []
@@ -286,12 +330,14 @@ def _with_offsets(backend: Any, texts: list[str]) -> list[Any]:
 
 
 def _collect(kept: list[int], located: list[Sample], max_seq_len: int | None, overlong: str, stats: TokenizeStats,
-             out: list[Sample], overlong_at: list[str], where: Any, origin: list[int] | None = None) -> None:
-    """Turn one encoded batch into samples, applying the overlong policy."""
+             out: list[Sample], overlong_at: list[str], where: Any, origin: list[int] | None = None,
+             cut_rows: set[int] | frozenset[int] = frozenset()) -> None:
+    """Turn one encoded batch into samples, applying the overlong policy (``cut_rows``: rows
+    encoded by a prefix, :func:`long_prefix`)."""
     for i, (ids, ranges) in zip(kept, located, strict=True):
         if max_seq_len is not None and len(ids) > max_seq_len:
             if overlong == "error":
-                overlong_at.append(f"{where(i)} ({len(ids)} tokens)")
+                overlong_at.append(f"{where(i)} ({'over ' if i in cut_rows else ''}{len(ids)} tokens)")
                 continue
             if overlong == "drop":
                 stats.dropped_overlong += 1
@@ -349,15 +395,25 @@ def tokenize_documents(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_l
 def _documents(rows: Sequence[dict[str, Any]], backend: Any, eos: int | None, max_seq_len: int | None,
                overlong: str, stats: TokenizeStats, out: list[dict[str, list[int]]], overlong_at: list[str],
                where: Any) -> None:
+    bound = text_bound(backend, max_seq_len)
     for indices in _chunks(len(rows), BATCH):
-        encs = backend.encode_batch([rows[i]["document"] for i in indices], add_special_tokens=True)
+        texts, cut_rows = [], set()
+        for i in indices:
+            text = rows[i]["document"]
+            if bound is not None and max_seq_len is not None and len(text) > bound:
+                at = long_prefix(backend, text, max_seq_len, bound, special=True)
+                if at is not None:  # only what the overlong policy can keep is encoded
+                    text = text[:at]
+                    cut_rows.add(i)
+            texts.append(text)
+        encs = backend.encode_batch(texts, add_special_tokens=True)
         for i, enc in zip(indices, encs, strict=True):
             ids = enc.ids
             if eos is not None and (not ids or ids[-1] != eos):
                 ids.append(eos)  # the model must learn where a document ends
             if max_seq_len is not None and len(ids) > max_seq_len:
                 if overlong == "error":
-                    overlong_at.append(f"{where(i)} ({len(ids)} tokens)")
+                    overlong_at.append(f"{where(i)} ({'over ' if i in cut_rows else ''}{len(ids)} tokens)")
                     continue
                 if overlong == "drop":
                     stats.dropped_overlong += 1
