@@ -120,8 +120,8 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "val_set_size": float(params.get("validation_split") or 0.0),
         "sequence_len": params["block_size"] if pretraining else params["max_seq_len"],
         "sample_packing": bool(params.get("packing")),
-        # thub applied `overlong` already, so no example is longer than sequence_len and none is
-        # left out here; an example that still were (a pre-tokenized row) gets thub's policy from axolotl
+        # thub applied `overlong` to every example already, so none is longer than sequence_len and
+        # axolotl leaves none out; its own strategy is still thub's policy, never its silent `drop` default
         "excess_length_strategy": EXCESS_LENGTH[overlong],
         "min_sample_len": 1,  # axolotl's default 2 would drop a 1-token example thub keeps
         # thub's order (mix_strategy decided it); the Trainer's sampler shuffles, as on every backend
