@@ -107,6 +107,8 @@ def test_a_library_that_drops_a_row_stops_the_run_before_step_1(tiny_model: Path
     assert f"first affected: {demo_data / 'chat.jsonl'}:2" in message, message
     assert "allow_data_mismatch" in message
     assert not out.exists()  # stopped before step 1: nothing half-written, a rerun needs no --overwrite
+    assert "full log" not in message and "run failed" not in message  # no pointer into what was removed
+    assert "63 examples, 1302 tokens" in message and "DIFFERENT from validated" in message  # the summary line
 
 
 def test_allow_data_mismatch_trains_anyway_and_records_the_difference(tiny_model: Path, demo_data: Path,
@@ -156,3 +158,19 @@ def test_grpo_counts_the_prompts_grpo_trainer_built(tiny_model: Path, demo_data:
     prompts = sum(1 for line in (demo_data / "grpo.jsonl").read_text().splitlines() if line.strip())
     assert (built["examples"], built["expected"]["examples"], built["matches"]) == (prompts, prompts, True)
     assert built["trained_tokens"] is None and built["samples_per_step"] == 4  # prompts x group size
+
+
+def test_packed_sequences_are_measured_as_the_collator_yields_them(tiny_model: Path, edge_cases: Path,
+                                                                   edge_cases_max_seq_len: int,
+                                                                   tmp_path: Path) -> None:
+    """With packing, SFTTrainer trains fewer, longer sequences (padding-free: each packed sample's
+    first token masked by the collator): the totals it yields equal thub's."""
+    out = tmp_path / "packed"
+    done = train(tiny_model, edge_cases / "chat.jsonl", out, "--max-seq-len", str(edge_cases_max_seq_len),
+                 "--set", "packing=true")
+    assert done.returncode == 0, done.stdout + done.stderr
+    built = json.loads((out / "result.json").read_text())["built"]
+    assert built["examples"] < built["expected"]["examples"] == 10  # packed
+    assert (built["tokens"], built["trained_tokens"]) == (built["expected"]["tokens"],
+                                                          built["expected"]["trained_tokens"])
+    assert built["matches"] is True and built["masks_equal"] is None

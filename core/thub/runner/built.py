@@ -216,8 +216,8 @@ def mismatch_message(backend: str, report: Mapping[str, Any]) -> str:
     text = f"backend {backend} {report['difference']}"
     if report.get("reason"):
         text += f" (the library: {report['reason']})"
-    return (text + ". Stopped before step 1; `thub data preview --backend " + backend + "` shows each row's trained "
-            "tokens; set allow_data_mismatch: true to train anyway")
+    return (text + ". Stopped before step 1 (`thub data preview` shows what thub trains of each row); set "
+            "allow_data_mismatch: true to train anyway")
 
 
 def summary_line(report: Mapping[str, Any]) -> str:

@@ -102,6 +102,12 @@ class Progress:
     def finish(self, result: dict[str, Any]) -> None:
         if not self.enabled:
             return
+        if (result.get("built") or {}).get("refused"):
+            from thub.runner.built import summary_line
+
+            # stopped before step 1 as bad input: the caller reports it (exit 2) and removes the run
+            console().print(summary_line(result["built"]), markup=False, highlight=False)
+            return
         status = result["status"]
         colour = {"succeeded": "green", "interrupted": "yellow"}.get(status, "red")
         console().print(f"[{colour}]run {status}[/{colour}] in {result.get('wall_seconds', 0):.1f} s: "
