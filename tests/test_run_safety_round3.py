@@ -167,3 +167,48 @@ def test_disk_full_while_keeping_the_rows_leaves_nothing_that_refuses_the_rerun(
         assert result_of(out)["status"] == "succeeded"
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+# --- item 1: `~` means the home directory for thub and the library alike ----------------------
+
+def test_tilde_paths_are_one_run_under_home(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+    import shutil
+
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copytree(tiny_model, home / "tiny")
+    shutil.copy(demo_data / "chat.jsonl", home / "x.jsonl")
+    work = tmp_path / "cwd"
+    work.mkdir()
+    done = subprocess.run([sys.executable, "-m", "thub", *sft("~/tiny", "~/x.jsonl", "~/runs/z", "--max-steps", "2",
+                                                              "--save-steps", "1")],
+                          capture_output=True, text=True, env=_environ({"HOME": str(home)}), timeout=900, cwd=work)
+    assert done.returncode == 0, done.stderr
+    out = home / "runs" / "z"
+    assert not (work / "~").exists()  # no literal ./~ beside the real run
+    record = json.loads((out / "thub_run.json").read_text())
+    parameters = record["parameters"]
+    assert parameters["ckpt_output_dir"]["value"] == str(out)
+    assert parameters["model_path"]["value"] == str(home / "tiny")
+    assert parameters["data_path"]["value"] == str(home / "x.jsonl")
+    result = result_of(out)
+    assert result["status"] == "succeeded" and result["final_checkpoint"] == str(out / "final")
+    # HF Trainer saved its checkpoints in the same directory (it expands ~ itself)
+    assert sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+
+
+def test_tilde_paths_from_the_training_hub_api(tiny_model: Path, demo_data: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    import thub
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copy(demo_data / "chat.jsonl", tmp_path / "x.jsonl")
+    monkeypatch.chdir(tmp_path)
+    result = thub.sft(model_path=str(tiny_model), data_path="~/x.jsonl", ckpt_output_dir="~/th", backend="trl",
+                      max_steps=1, progress=False)
+    assert result["status"] == "succeeded", result
+    assert (tmp_path / "th" / "result.json").exists() and not (tmp_path / "~").exists()
+    record = json.loads((tmp_path / "th" / "thub_run.json").read_text())
+    assert record["parameters"]["data_path"]["value"] == str(tmp_path / "x.jsonl")
