@@ -66,6 +66,22 @@ REQUIRED = ...
 DataFormat = Literal["auto", "messages", "sharegpt", "alpaca", "document", "grpo", "processed"]
 
 
+def _takes_bool(annotation: Any) -> bool:
+    """Whether a field's type admits a bool as itself: anything but a number (``int``, ``float``,
+    optional or annotated), which pydantic's lax mode would make of it (True -> 1)."""
+    import types
+    import typing
+
+    if annotation in (int, float):
+        return False
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _takes_bool(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_takes_bool(arg) for arg in typing.get_args(annotation) if arg is not type(None))
+    return True
+
+
 class BaseParams(BaseModel):
     """Parameters shared by every algorithm."""
 
@@ -157,6 +173,10 @@ class BaseParams(BaseModel):
         environment), and a path field's ``~`` is expanded (``thub_run.json`` records it so)."""
         if _has_nul(value):
             raise ValueError("contains a NUL byte (\\x00), which no path, name or environment variable can hold")
+        field = cls.model_fields[info.field_name] if info.field_name else None
+        if isinstance(value, bool) and field is not None and not _takes_bool(field.annotation):
+            # pydantic's lax mode reads True as 1: max_steps=True would train one step
+            raise ValueError(f"expected a number, found a boolean ({value})")
         extra = cls.model_fields[info.field_name].json_schema_extra if info.field_name else None
         return expand_path(value) if isinstance(extra, dict) and extra.get("path") else value
 

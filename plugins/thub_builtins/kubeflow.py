@@ -239,8 +239,12 @@ class StatusReporter:
             if host is None:  # checked when the reporter was made (url_problem); here for the type checker
                 raise ValueError(f"no host in {self.url!r}")
             if parts.scheme == "https":
-                context = (ssl.create_default_context(cafile=self.ca_cert) if self.ca_cert
-                           else ssl.create_default_context())
+                try:
+                    context = (ssl.create_default_context(cafile=self.ca_cert) if self.ca_cert
+                               else ssl.create_default_context())
+                except OSError as exc:  # ssl names no file: say which one
+                    raise OSError(f"cannot read the CA certificate {self.ca_cert}: "
+                                  f"{exc.strerror or exc}") from None
                 connection = http.client.HTTPSConnection(host, parts.port, timeout=remaining, context=context)
             else:
                 connection = http.client.HTTPConnection(host, parts.port, timeout=remaining)

@@ -45,7 +45,7 @@ def list_runs(directory: str, as_json: bool) -> None:
     if not runs:
         console().print(f"no thub runs under {directory}")
         return
-    rows = [[r["path"], r["status"], r["algorithm"] or "-", r["backend"] or "-",
+    rows = [[r["path"], r["status"] + (f" (pid {', '.join(map(str, r['pids']))})" if r.get("pids") else ""), r["algorithm"] or "-", r["backend"] or "-",
              f"{_value(r['step'])}/{_value(r['max_steps'])}", f"{r['final_metric']} {_value(r['final_value'])}",
              _duration(r["duration_seconds"]), _when(r["started"])] for r in runs]
     table(None, ["run", "status", "algorithm", "backend", "steps", "final", "duration", "started"], rows)

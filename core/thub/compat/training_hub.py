@@ -98,6 +98,7 @@ def translate_layers(
     value's source and the migration message.
     """
     notes: list[str] = []
+    refused: list[str] = []  # every refused name, said at once (not only the first)
     out = []
     batch: dict[str, tuple[Any, str, int]] = {}  # Training Hub batch names: converted on the merged layers
     for index, layer in enumerate(layers):
@@ -111,16 +112,19 @@ def translate_layers(
         for key, (value, source) in layer.items():
             rule = rules[key]
             if rule is None:
-                raise UsageError(f"{source}: unknown parameter {key!r}")
+                refused.append(f"{source}: unknown parameter {key!r}")
+                continue
             if key in new:
                 continue
             if value is None and key not in infos:
                 continue  # None is "not given" in Training Hub's signatures (a YAML null, too)
             if rule.kind == "api":
-                raise UsageError(f"{source}: {key} is a Python object or choice: pass it to thub.{algorithm}(...) "
-                                 f"({rule.note})")
+                refused.append(f"{source}: {key} is a Python object or choice: pass it to thub.{algorithm}(...) "
+                               f"({rule.note})")
+                continue
             if rule.kind == "refused":
-                raise UsageError(f"{source}: Training Hub's {key} is not supported by thub: {rule.note}")
+                refused.append(f"{source}: Training Hub's {key} is not supported by thub: {rule.note}")
+                continue
             if key in _BATCH_NAMES and rule.kind == "mapped":
                 batch[key] = (value, source, index)  # a later (higher) layer replaces an earlier one
                 continue
@@ -129,7 +133,8 @@ def translate_layers(
                     raise ValueError(rule.note)
                 produced = rule.convert(value, values) if rule.convert else {}
             except (ValueError, TypeError) as exc:
-                raise UsageError(f"{source}: Training Hub's {key}={value!r} is not supported by thub: {exc}") from None
+                refused.append(f"{source}: Training Hub's {key}={value!r} is not supported by thub: {exc}")
+                continue
             if not produced:
                 notes.append(f"{key}={value!r} ({source}): {rule.note}")
             for target, target_value in produced.items():
@@ -141,6 +146,8 @@ def translate_layers(
                 new[target] = (target_value, label)
                 renamed[target] = key
         out.append(new)
+    if refused:
+        raise UsageError("\n".join(refused))
     if batch:
         _merged_batch(out, batch, notes)
     return out, notes

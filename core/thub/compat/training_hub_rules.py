@@ -177,6 +177,8 @@ def fixed(accepts: tuple[Any, ...], note: str) -> Rule:
 
 
 def _betas(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ValueError(f"expected a (beta1, beta2) pair such as (0.9, 0.95), found {value!r}")
     beta1, beta2 = value
     return {"beta1": beta1, "beta2": beta2}
 
@@ -281,7 +283,8 @@ RULES: dict[str, Rule] = {
                              "tokenizer_config.json (chat_template)"),
     "use_legacy_tmpl": refuse("thub uses the tokenizer's chat template: put the template you need in the model's "
                               "tokenizer_config.json"),
-    "use_dolomite": refuse("dolomite model conversion is not offered: thub trains the Hugging Face model as is"),
+    "use_dolomite": fixed((False,), "dolomite model conversion is not offered: thub trains the Hugging Face model as "
+                                    "is (use_dolomite=False, Training Hub's default)"),
     "is_padding_free": refuse("thub's instructlab-training backend decides padding-free batches itself "
                               "(on when flash-attn is installed)"),
     "mock_data": refuse("thub trains on real data only: use a small file, e.g. examples/data/chat.jsonl"),

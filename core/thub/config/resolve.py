@@ -87,12 +87,16 @@ def _layer_from_mapping(
 ) -> dict[str, tuple[Any, str]]:
     """Already-typed values (a config file, flags, API keywords): checked by name, not parsed."""
     layer = {}
+    unknown = []  # every unknown name, said at once
     for key, value in values.items():
         if key in META_KEYS:
             continue
         if key not in infos:
-            raise UsageError(f"{where(key)}: unknown parameter {key!r}{did_you_mean(key, infos)}")
+            unknown.append(f"{where(key)}: unknown parameter {key!r}{did_you_mean(key, infos)}")
+            continue
         layer[key] = (value, where(key))
+    if unknown:
+        raise UsageError("\n".join(unknown))
     return layer
 
 

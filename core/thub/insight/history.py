@@ -87,8 +87,9 @@ def summarise(run: str | Path) -> dict[str, Any]:
     last = last if isinstance(last, dict) and last else _last_metrics(run) or {}
     if result:
         status = str(result.get("status", "unknown"))
-    else:
-        status = "running or stopped"  # no result.json: in progress, or killed before writing it
+    else:  # no result.json: in progress, or killed before writing it; the lock file says which
+        live = _live_pids(run)
+        status = "running" if live else "stopped"
     created, stamp = _number(record.get("created")), _number(last.get("timestamp"))
     duration = _number((result or {}).get("wall_seconds"))
     if duration is None and stamp and created:
@@ -98,6 +99,7 @@ def summarise(run: str | Path) -> dict[str, Any]:
         "name": run.name,
         "path": str(run),
         "status": status,
+        "pids": _live_pids(run) if status == "running" else [],
         "algorithm": record.get("algorithm"),
         "backend": record.get("backend"),
         "step": last.get("step"),
@@ -109,6 +111,15 @@ def summarise(run: str | Path) -> dict[str, Any]:
         "final_checkpoint": (result or {}).get("final_checkpoint"),
         "trackers": _trackers(run),
     }
+
+
+def _live_pids(run: Path) -> list[int]:
+    """The live processes the run directory's lock file names (thub, its training child)."""
+    from thub.runner.lock import LOCK_NAME, pid_alive
+
+    holder, _why = _read_why(run / LOCK_NAME)
+    pids = [holder.get(name) for name in ("pid", "child")] if holder else []
+    return [pid for pid in pids if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and pid_alive(pid)]
 
 
 def summarise_all(root: str | Path, depth: int = 3) -> tuple[list[dict[str, Any]], list[tuple[Path, str]]]:

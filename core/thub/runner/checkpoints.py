@@ -2,7 +2,8 @@
 
 A run killed mid-save, a full disk or a folder someone dropped into ``checkpoints/`` leaves a
 ``checkpoint-N`` that crashes a resume. A complete HF Trainer checkpoint has a readable
-``trainer_state.json`` and readable weights (a single file, or every shard of an index).
+``trainer_state.json``, readable weights (a single file, or every shard of an index) and, where
+they were saved, readable training states (``optimizer.pt``, ``scheduler.pt``, ``rng_state.pth``).
 
 The parent process checks this without torch, safetensors or numpy (none is a dependency of
 thub's core, and ``thub`` must stay light): a safetensors file is an 8-byte header length, a
@@ -81,8 +82,18 @@ def checkpoint_problem(path: str | Path) -> str | None:
             return None
     for name in WEIGHT_FILES:
         if (path / name).is_file():
-            return _weights_problem(path / name)
+            return _weights_problem(path / name) or _states_problem(path)
     return "no model weights"
+
+
+def _states_problem(path: Path) -> str | None:
+    """A cut-short training state a resume loads (``optimizer.pt``, ``scheduler.pt``, RNG states):
+    absent is fine (``save_only_model``), unreadable is not."""
+    for state in sorted(path.glob("*.pt")) + sorted(path.glob("*.pth")):
+        problem = _weights_problem(state) if state.is_file() else None
+        if problem:
+            return problem
+    return None
 
 
 def saved_file_problem(path: Path) -> str | None:

@@ -6,13 +6,19 @@ once: while thub validates and prepares the directory it raises :class:`~thub.er
 record); once the supervisor follows the child, the child is stopped at once (SIGKILL to its
 process group) until its first step is logged, after which the first signal asks for
 checkpoint-and-stop (:mod:`thub.runner.supervisor`).
+
+The child runs in its own session (a terminal's Ctrl-C reaches only thub, which forwards it once),
+so job control is forwarded too (:func:`forward_job_control`): Ctrl-Z stops the training with
+thub, ``fg``/``bg`` continue both.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,3 +96,35 @@ def nothing_written(resolved: ResolvedConfig, run_dir: RunDirectory, signum: int
             "run_dir": str(run_dir.path), "final_checkpoint": None, "wall_seconds": round(time.time() - started, 3),
             "reason": f"stopped by {signal.Signals(signum).name} before the run started: nothing was written "
                       f"to {run_dir.path}"}
+
+
+def forward_job_control(pid: int) -> Callable[[], None]:
+    """Until the returned function is called: SIGTSTP (Ctrl-Z) stops the child's process group
+    (SIGSTOP: it cannot be ignored) and then this process; SIGCONT (``fg``, ``bg``, ``kill -CONT``)
+    continues the group. Without this a stopped thub left the training running in the background.
+    Outside the main thread nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def group(sig: int) -> None:
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(_signum: int, _frame: Any) -> None:
+        group(signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)  # (SIGTSTP would be discarded in an orphaned process group)
+        group(signal.SIGCONT)  # continued: the training continues with us
+
+    def cont(_signum: int, _frame: Any) -> None:
+        group(signal.SIGCONT)
+
+    previous = {signal.SIGTSTP: signal.signal(signal.SIGTSTP, stop),
+                signal.SIGCONT: signal.signal(signal.SIGCONT, cont)}
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    return restore

@@ -38,7 +38,7 @@ from thub.runner.progress import Progress
 from thub.runner.result import write_result
 from thub.runner.rootcause import disk_full_cause, killed_by_signal_cause, peak_rss_kib, read_section, root_cause
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
-from thub.runner.signals import RunSignals, early_reason, nothing_written, stopped_while_preparing
+from thub.runner.signals import RunSignals, early_reason, forward_job_control, nothing_written, stopped_while_preparing
 from thub.selection import installed_version
 from thub.specs import END_KINDS, RunEvent
 from thub.surface import option
@@ -242,6 +242,7 @@ class _Supervisor:
                                          start_new_session=True, pass_fds=pass_fds,
                                          preexec_fn=lifeline.death_signal_preexec())
                 log.close()  # the child holds the pipe now: the sink ends when the child's side closes
+                restore_job_control = forward_job_control(child.pid)  # Ctrl-Z stops the training too
                 os.close(read_end)  # the child has its copy; ours would keep the pipe open for nothing
                 read_end = -1
                 if self.lock is not None:
@@ -272,6 +273,7 @@ class _Supervisor:
                         break
                     time.sleep(POLL_SECONDS)
                 code = child.wait()
+                restore_job_control()
                 logsink.finish(sink)  # every line is in the log before its root cause is read
                 self._pump()
         finally:
@@ -567,8 +569,10 @@ def _supervise(resolved: ResolvedConfig, run_dir: RunDirectory, command: list[st
         if removed:
             result["note"] = f"removed the half-written {', '.join(removed)}"
     elif supervisor.diverged:
+        # thub stopped it (checkpoint and stop): the child's own exit is clean, the run is not
         result = {**base, "status": "failed", "error": supervisor.diverged, "root_cause": [supervisor.diverged],
-                  "final_checkpoint": None}
+                  "final_checkpoint": None, "exit_code": code if code not in (0, None) else 1,
+                  "note": f"stopped by thub after the divergence; the training process exited with code {code}"}
     elif result is None and (refusal := _refused(run_dir)):
         # the library built other data than thub validated, measured before step 1 (thub.runner.built);
         # whatever the exit code (torchrun's, when rank 0 stopped for it)

@@ -156,6 +156,8 @@ def check_output_dir(context: CheckContext) -> CheckResult:
         problem = _writable_dir(path)
         if problem is None:
             return ok(f"{path} is writable")
+        if _read_only(path):
+            return fail(f"output dir {path} is on a read-only filesystem", _READ_ONLY_FIX, anchor="coreoutput-dir")
         return fail(f"output dir {path} {problem}",
                     f"sudo chown -R \"$USER\" {quote(path)}   # or choose another ckpt_output_dir",
                     anchor="coreoutput-dir")
@@ -163,10 +165,25 @@ def check_output_dir(context: CheckContext) -> CheckResult:
     problem = _writable_dir(parent)
     if problem is None:
         return ok(f"{path} can be created (in {parent})")
+    if _read_only(parent):
+        return fail(f"output dir {path} cannot be created: {parent} is on a read-only filesystem", _READ_ONLY_FIX,
+                    anchor="coreoutput-dir")
     return fail(f"output dir {path} cannot be created: {parent} {problem}",
                 f"sudo mkdir -p {quote(path)} && sudo chown -R \"$USER\" {quote(path)}   # or choose another "
                 "ckpt_output_dir",
                 anchor="coreoutput-dir")
+
+
+# no owner or mode change makes a read-only mount writable
+_READ_ONLY_FIX = "# choose a ckpt_output_dir on a writable disk (this filesystem is mounted read-only)"
+
+
+def _read_only(path: str) -> bool:
+    """Whether ``path`` lies on a filesystem mounted read-only."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _caches(context: CheckContext) -> list[tuple[str, str, str]]:
