@@ -29,6 +29,14 @@ def _value(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else "-" if value is None else str(value)
 
 
+def _status(run: dict[str, object]) -> str:
+    """``running (pid 12, 13)`` for a live run, else its status."""
+    pids = run.get("pids")
+    if isinstance(pids, list) and pids:
+        return f"{run['status']} (pid {', '.join(map(str, pids))})"
+    return str(run["status"])
+
+
 @click.command("list", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("directory", default=".", type=click.Path(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON on stdout.")
@@ -45,7 +53,7 @@ def list_runs(directory: str, as_json: bool) -> None:
     if not runs:
         console().print(f"no thub runs under {directory}")
         return
-    rows = [[r["path"], r["status"] + (f" (pid {', '.join(map(str, r['pids']))})" if r.get("pids") else ""), r["algorithm"] or "-", r["backend"] or "-",
+    rows = [[r["path"], _status(r), r["algorithm"] or "-", r["backend"] or "-",
              f"{_value(r['step'])}/{_value(r['max_steps'])}", f"{r['final_metric']} {_value(r['final_value'])}",
              _duration(r["duration_seconds"]), _when(r["started"])] for r in runs]
     table(None, ["run", "status", "algorithm", "backend", "steps", "final", "duration", "started"], rows)
