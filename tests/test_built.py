@@ -152,3 +152,23 @@ def test_data_thub_cannot_mask_keeps_no_expected_counts(edge_cases: Path, tmp_pa
     data = validate_training_data(params)
     assert save_expected(params, data, tmp_path / "kept") is None
     assert not (tmp_path / "kept" / "expected.json").exists()
+
+
+@pytest.mark.parametrize("options", [{}, {"pad_to_multiple_of": 64}, {"padding_free": True}])
+def test_collated_labels_in_chunks_equal_one_example_at_a_time(options: dict[str, Any], edge_cases: Path) -> None:
+    """TRL's own collator, batched (split back by the attention mask) or padding-free (one at a
+    time): each example's labels exactly as collating it alone gives them."""
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    params = _params(edge_cases / "chat.jsonl", Path("unused"))
+    rows, locations = training_rows(params)
+    samples, _ = tokenize_chat(rows * 20, load_tokenizer(str(TINY)), 256, locations=locations * 20)
+    dataset = Dataset.from_list(samples)  # what SFTTrainer iterates, 200 examples: several chunks
+    collator = DataCollatorForLanguageModeling(pad_token_id=0, **options)
+    alone = [collator([example])["labels"][0].tolist() for example in dataset]
+    if not options.get("padding_free"):
+        alone = [labels[:len(s["labels"])] for labels, s in zip(alone, samples, strict=True)]  # padding
+    measured = collated_labels(dataset, collator)
+    assert measured is not None and list(measured) == alone
