@@ -80,16 +80,23 @@ def _train(model: Path, data: Path, out: Path) -> dict[str, Any]:
                       ckpt_output_dir=str(out), progress=False)
 
 
+def _in_the_window(action: str, model: Path, data: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+                   ) -> dict[str, Any]:
+    """A run whose data file gets ``action`` (delete, edit, break) after the parent kept its rows,
+    before the training child reads them back."""
+    monkeypatch.setenv("KEPT_ROWS_TEST", str(data))
+    monkeypatch.setenv("KEPT_ROWS_ACTION", action)
+    return _train(model, data, out)
+
+
 def _contents(rows: list[dict[str, Any]]) -> set[str]:
     return {m["content"] for row in rows for m in row["messages"]}
 
 
 def test_a_file_deleted_in_the_launch_window_trains_on_the_kept_rows(backend: Path, tiny_model: Path, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KEPT_ROWS_TEST", str(backend))
-    monkeypatch.setenv("KEPT_ROWS_ACTION", "delete")
     out = tmp_path / "run"
-    result = _train(tiny_model, backend, out)
+    result = _in_the_window("delete", tiny_model, backend, out, monkeypatch)
     assert result["status"] == "succeeded", result
     assert not backend.exists()
     assert "Paris." in _contents(json.loads((out / "rows_seen.json").read_text()))
@@ -104,10 +111,8 @@ def test_a_file_deleted_in_the_launch_window_trains_on_the_kept_rows(backend: Pa
 def test_a_same_size_same_mtime_change_in_the_window_is_validated_again(backend: Path, tiny_model: Path,
                                                                         tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KEPT_ROWS_TEST", str(backend))
-    monkeypatch.setenv("KEPT_ROWS_ACTION", "edit")
     out = tmp_path / "run"
-    result = _train(tiny_model, backend, out)
+    result = _in_the_window("edit", tiny_model, backend, out, monkeypatch)
     assert result["status"] == "succeeded", result
     seen = _contents(json.loads((out / "rows_seen.json").read_text()))
     assert "Dijon." in seen and "Paris." not in seen  # never the parent's stale copy
@@ -144,10 +149,8 @@ def test_a_restart_says_which_copy_it_trained_on(backend: Path, tiny_model: Path
 def test_a_file_broken_in_the_window_fails_with_its_line_not_a_traceback(backend: Path, tiny_model: Path,
                                                                         tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KEPT_ROWS_TEST", str(backend))
-    monkeypatch.setenv("KEPT_ROWS_ACTION", "break")
     out = tmp_path / "run"
-    result = _train(tiny_model, backend, out)
+    result = _in_the_window("break", tiny_model, backend, out, monkeypatch)
     assert result["status"] == "failed" and f"{backend}:" in result["error"], result
     assert "malformed JSON" in result["error"]
     assert "Traceback" not in (out / "logs" / "train.log").read_text()
