@@ -61,8 +61,13 @@ def pump(source: int, log: str, environ: dict[str, str] | None = None) -> None:
 def start(log: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """The sink process for ``log``: hand its ``stdin`` to the child as stdout and stderr, close
     this process's copy, and :func:`finish` it after the child exits."""
+    # The sink writes only to the log: it holds none of thub's stdout/stderr (a caller reading them,
+    # a terminal or a test's pipe, sees end of file when thub exits), and it is no training process
+    # (no THUB_RUN_DIR: what the run's child and the libraries' hooks key on).
+    sink_env = {k: v for k, v in env.items() if k != "THUB_RUN_DIR"}
     return subprocess.Popen([sys.executable, "-m", "thub.runner.logsink", str(log)], stdin=subprocess.PIPE,
-                            env=dict(env), start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=sink_env,
+                            start_new_session=True)
 
 
 def finish(sink: subprocess.Popen[bytes]) -> None:
