@@ -8,6 +8,7 @@ from thub import hookimpl
 from thub.specs import AlgorithmSpec
 
 _PARAMS = "thub_builtins.params"
+_PREFERENCE = "thub_builtins.preference_params"
 _CHAT = ("messages", "sharegpt", "alpaca", "document", "processed")
 _PROMPTS = ("grpo", "messages")
 
@@ -19,6 +20,10 @@ ALGORITHMS = (
     AlgorithmSpec("lora_sft", "Supervised fine-tuning of LoRA/QLoRA adapters.", f"{_PARAMS}:LoRASFTParams", _CHAT),
     AlgorithmSpec("grpo", "Full-parameter GRPO with verifiable rewards.", f"{_PARAMS}:GRPOParams", _PROMPTS),
     AlgorithmSpec("lora_grpo", "GRPO training LoRA adapters.", f"{_PARAMS}:LoRAGRPOParams", _PROMPTS),
+    AlgorithmSpec("dpo", "Direct preference optimisation on (prompt, chosen, rejected) pairs; losses sigmoid, ipo, "
+                  "hinge, orpo, simpo.", f"{_PREFERENCE}:DPOParams", ("preference", "sharegpt_preference")),
+    AlgorithmSpec("kto", "Kahneman-Tversky optimisation on unpaired answers labelled desirable or undesirable.",
+                  f"{_PREFERENCE}:KTOParams", ("kto",)),
 )
 
 

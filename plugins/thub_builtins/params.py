@@ -19,16 +19,23 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from thub.params import REQUIRED, BaseParams, DataFormat, param
 
 __all__ = ["REQUIRED", "BaseParams", "DataFormat", "GRPOParams", "LoRAGRPOParams", "LoRAMixin", "LoRASFTParams",
-           "OSFTParams", "SFTParams", "param"]
+           "OSFTParams", "OverlongMixin", "SFTParams", "param"]
 
 
-class _SupervisedParams(BaseParams):
-    """Supervised fine-tuning on chat data, or continued pretraining on documents."""
+class OverlongMixin(BaseModel):
+    """What happens to a sample longer than ``max_seq_len`` (shared by every token-level algorithm)."""
 
-    unmask_messages: bool = param(False, group="core", help="Train on every token, not only assistant turns.")
+    model_config = ConfigDict(allow_inf_nan=False)
+
     overlong: Literal["truncate", "drop", "error"] = param(
         "truncate", group="data",
         help="Samples longer than max_seq_len: truncate, drop or error (always counted and reported).")
+
+
+class _SupervisedParams(OverlongMixin, BaseParams):
+    """Supervised fine-tuning on chat data, or continued pretraining on documents."""
+
+    unmask_messages: bool = param(False, group="core", help="Train on every token, not only assistant turns.")
     packing: bool | None = param(group="core", help="Pack several samples into one sequence.")
     use_liger: bool | None = param(group="core", help="Use Liger kernels.")
     validation_split: float | None = param(group="core", help="Fraction of data held out for validation.", ge=0, lt=1)
