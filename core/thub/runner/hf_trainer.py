@@ -101,6 +101,7 @@ def metrics_callback(context: RunContext, *, reason: str | None = None) -> Any:
     """
     from transformers import TrainerCallback
 
+    from thub.runner.metrics import PREFERENCE_FIELDS
     from thub.runner.tracker_guard import guard_reporting_integrations
 
     guard_reporting_integrations()  # a tracker failing mid-run is a warning, not the run's status
@@ -115,7 +116,8 @@ def metrics_callback(context: RunContext, *, reason: str | None = None) -> Any:
                 return
             if "loss" not in logs and "reward" not in logs:
                 return  # evaluation-only lines go in with the next training line
-            line = {k: v for k, v in logs.items() if isinstance(v, (int, float)) and "/" not in k}
+            line = {k: v for k, v in logs.items()
+                    if isinstance(v, (int, float)) and ("/" not in k or k in PREFERENCE_FIELDS)}
             line["epoch"] = state.epoch
             now, tokens = time.time(), logs.get("num_tokens")
             if tokens is not None and self.last_tokens is not None and now > self.last_time:

@@ -1,7 +1,8 @@
 """The unified metrics stream ``training_metrics.jsonl`` (see docs/outputs.md).
 
 Every line is one JSON object with at least ``step``, ``max_steps``, ``epoch``, ``timestamp``,
-``learning_rate`` and ``loss`` (or ``reward`` for GRPO). Each line is written with a single
+``learning_rate`` and ``loss`` (or ``reward`` for GRPO); preference tuning adds
+:data:`PREFERENCE_FIELDS`. Each line is written with a single
 ``write`` on an ``O_APPEND`` descriptor, so a reader never sees half a line from a live run.
 A NaN/inf value is written as ``null`` and its name listed in ``non_finite`` (JSON has no NaN),
 which is what the supervisor's divergence check reads.
@@ -18,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 REQUIRED_FIELDS = ("step", "max_steps", "epoch", "timestamp", "learning_rate")
+#: preference tuning (dpo, kto): the implicit rewards (beta x the policy/reference log-ratio) of the
+#: chosen and rejected answers, their margin and the fraction of pairs where chosen scores higher,
+#: under the names TRL, LLaMA-Factory and axolotl log them. The one set of ``/`` names the stream
+#: keeps from a library's logs (GRPO's per-function ``rewards/{fn}/mean`` and the like stay out).
+PREFERENCE_FIELDS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
 
 
 def _clean(value: Any) -> Any:
