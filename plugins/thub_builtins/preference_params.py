@@ -35,6 +35,12 @@ class PreferenceParams(OverlongMixin, BaseParams):
     max_prompt_length: int | None = param(group="preference", ge=1,
                                           help="Most prompt tokens kept (the prompt is cut from the left).")
 
+    @property
+    def loads_reference_model(self) -> bool:
+        """Whether training holds a frozen reference model (``thub estimate`` counts it): not for
+        the reference-free losses."""
+        return getattr(self, "loss_type", None) not in LOSSES_WITHOUT_REFERENCE
+
 
 class DPOParams(PreferenceParams):
     """Direct preference optimisation on paired preferences (prompt, chosen, rejected)."""

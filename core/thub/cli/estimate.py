@@ -73,7 +73,8 @@ def run_estimate(algorithm: str, *, backend: str | None = None, config_file: str
         raise UsageError("--gpus must be at least 1")
     facts = load_facts(params["model_path"])
     setup = setup_from_params(algorithm, params, gpus=gpus, gpu_memory=parse_size(gpu_memory),
-                              sharding=sharding, precision=precision, policy=resolved.backend.memory, facts=facts)
+                              sharding=sharding, precision=precision, policy=resolved.backend.memory, facts=facts,
+                              reference_model=getattr(resolved.params, "loads_reference_model", None))
     return estimate(facts, setup), resolved
 
 

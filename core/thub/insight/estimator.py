@@ -20,7 +20,11 @@ if TYPE_CHECKING:
     from thub.specs import MemoryPolicy
 
 GIB = 1024**3
-SUPPORTED = ("sft", "osft", "lora_sft", "grpo", "lora_grpo")
+SUPPORTED = ("sft", "osft", "lora_sft", "grpo", "lora_grpo", "dpo", "kto")
+#: Preference tuning: a frozen reference model beside the policy, unless the loss is reference-free.
+PREFERENCE = ("dpo", "kto")
+#: Sequences one sample is trained as in one forward: a DPO pair is its chosen and its rejected answer.
+SEQUENCES_PER_SAMPLE = {"dpo": 2}
 SHARDINGS = ("auto", "ddp", "zero1", "zero2", "zero3", "fsdp")
 PRECISIONS = ("auto", "bf16-mixed", "bf16", "fp32")  # auto: the backend's memory policy, else bf16-mixed
 # Dynamic memory is a model, not a measurement: low/high bounds around it.
@@ -61,7 +65,7 @@ class Setup:
     completions_per_gpu: int = 0
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS
     completion_tokens: int = 0
-    reference_model: bool = False
+    reference_model: bool = False  # GRPO with a KL term, DPO/KTO with a reference-based loss
     rollout_fraction: float | None = None
     memory_policy: MemoryPolicy | None = None  # the backend's policy applied; None: the generic training loop
     assumptions: list[str] = field(default_factory=list)
@@ -84,6 +88,11 @@ class Setup:
     @property
     def grpo(self) -> bool:
         return self.algorithm.endswith("grpo")
+
+    @property
+    def preference(self) -> bool:
+        """DPO or KTO: trained against a frozen reference model (reference-free losses aside)."""
+        return self.algorithm in PREFERENCE
 
     def resolved_sharding(self) -> str:
         if self.sharding != "auto":
@@ -122,7 +131,7 @@ class Estimate:
                 "quant_bits": setup.quant_bits if setup.lora else None,
                 "unfreeze_rank_ratio": setup.unfreeze_rank_ratio if setup.algorithm == "osft" else None,
                 "completions_per_gpu": setup.completions_per_gpu if setup.grpo else None,
-                "reference_model": setup.reference_model if setup.grpo else None,
+                "reference_model": setup.reference_model if setup.grpo or setup.preference else None,
                 "checkpoint_offload": setup.checkpoint_offload,
             },
             "memory_policy": setup.policy,
@@ -280,6 +289,12 @@ def estimate(facts: ModelFacts, setup: Setup, *, advise: bool = True) -> Estimat
                                "largest unit unsharded for compute, with prefetch of the next"))
     if setup.grpo and setup.reference_model and not setup.lora:
         parts.append(Component("reference model", total * act // w_shard, "static", "frozen copy for the KL term"))
+    if setup.preference and setup.reference_model:
+        # A library that loads the policy in the checkpoint's dtype loads the reference so too (TRL:
+        # the policy's dtype); otherwise it is loaded in the compute dtype, with no master copy.
+        width = stored if setup.memory_policy is not None and setup.memory_policy.precision == "checkpoint" else act
+        parts.append(Component("reference model", total * width // w_shard, "static",
+                               f"frozen, {width * 8}-bit, no gradients or optimizer states; sharded like the weights"))
 
     tokens = setup.tokens_per_gpu
     per_layer = _layer_elements(facts)
@@ -394,12 +409,15 @@ def setup_from_params(
     precision: str = "auto",
     policy: Any = None,
     facts: ModelFacts | None = None,
+    reference_model: bool | None = None,
 ) -> Setup:
     """Turn an algorithm's resolved parameter values into a :class:`Setup`, recording assumptions.
 
     ``policy`` is the backend's :class:`~thub.specs.MemoryPolicy` (what its library does whatever
     the parameters say: checkpointing, dtypes, loss path, sharding, rollout engine); ``facts``
-    give the checkpoint's dtype for ``precision="checkpoint"`` policies.
+    give the checkpoint's dtype for ``precision="checkpoint"`` policies. ``reference_model``: whether
+    the algorithm's parameters load a frozen reference model (the parameter model says, e.g. DPO's
+    reference-free losses load none); None: GRPO with ``beta`` > 0, DPO and KTO always.
     """
     from thub.runner.batching import split_batch
 
@@ -431,17 +449,22 @@ def setup_from_params(
             setup.prompt_tokens = int(params["max_prompt_length"])
         else:
             notes.append(f"prompt length {DEFAULT_PROMPT_TOKENS} tokens (set max_prompt_length)")
-        setup.reference_model = bool(params.get("beta"))
+        setup.reference_model = bool(params.get("beta")) if reference_model is None else reference_model
         setup.rollout_fraction = params.get("gpu_memory_utilization")
         if policy is not None and policy.rollout == "in-process":
             setup.rollout_fraction = None  # generation with the training model: KV cache only
         setup.tokens_per_gpu = setup.completions_per_gpu * (setup.prompt_tokens + setup.completion_tokens)
         return setup
+    if setup.preference:
+        setup.reference_model = True if reference_model is None else reference_model
     seq = params.get("block_size") if params.get("is_pretraining") else params.get("max_seq_len")
+    sequences = SEQUENCES_PER_SAMPLE.get(algorithm, 1)
+    if sequences > 1:
+        notes.append(f"{sequences} sequences per sample (chosen and rejected in one forward)")
     if params.get("max_tokens_per_gpu"):
         setup.tokens_per_gpu = int(params["max_tokens_per_gpu"])
-        if seq:
-            setup.tokens_per_gpu = max(setup.tokens_per_gpu, int(seq))  # one sample always fits a micro-batch
+        if seq:  # one sample always fits a micro-batch
+            setup.tokens_per_gpu = max(setup.tokens_per_gpu, int(seq) * sequences)
     elif seq:
         micro = 1
         if params.get("effective_batch_size"):
@@ -449,7 +472,7 @@ def setup_from_params(
                 micro = split_batch(int(params["effective_batch_size"]), gpus, 8)[0]
             except UsageError:
                 micro = max(1, min(8, int(params["effective_batch_size"]) // gpus))
-        setup.tokens_per_gpu = micro * int(seq)
+        setup.tokens_per_gpu = micro * int(seq) * sequences
         notes.append(f"micro-batch of {micro} x {seq} tokens (padding to the longest sample; set max_tokens_per_gpu "
                      "for a token budget)")
     return setup
