@@ -128,6 +128,11 @@ def run(context: RunContext) -> dict[str, Any]:
     plan = translate(context.algorithm, params)
     os.environ.update(plan["environment"])
     tokenizer = _load_tokenizer(plan)
+    preference = plan["trainer"] in ("DPOTrainer", "KTOTrainer")
+    if preference:
+        from thub_plugin_trl.preference import preference_dataset
+
+        pairs = preference_dataset(context, plan, tokenizer)  # overlong=error refuses before a model loads
     model = AutoModelForCausalLM.from_pretrained(plan["model"]["path"], **_model_kwargs(plan))
     peft_config = None
     if plan["peft"]:
@@ -141,6 +146,16 @@ def run(context: RunContext) -> dict[str, Any]:
         train_dataset, eval_dataset = _sft_dataset(context, plan, tokenizer)
         trainer = trl.SFTTrainer(model=model, args=config, train_dataset=train_dataset, eval_dataset=eval_dataset,
                                  processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+    elif preference:
+        from thub_plugin_trl.preference import pretokenized
+
+        reference = plan["reference_model"]
+        ref_model = (AutoModelForCausalLM.from_pretrained(reference["path"],
+                                                          trust_remote_code=reference["trust_remote_code"])
+                     if reference else None)  # None: TRL loads its own frozen copy of model_path
+        trainer = pretokenized(getattr(trl, plan["trainer"]))(
+            model=model, ref_model=ref_model, args=config, train_dataset=pairs, processing_class=tokenizer,
+            callbacks=callbacks)
     else:
         trainer = trl.GRPOTrainer(model=model, reward_funcs=load_rewards(plan["rewards"]), args=config,
                                   train_dataset=_grpo_dataset(context, plan), processing_class=tokenizer,

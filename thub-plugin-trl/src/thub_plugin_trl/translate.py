@@ -1,7 +1,8 @@
 """thub parameters -> TRL/PEFT configuration. Pure Python: no TRL import.
 
-The runner builds ``SFTConfig``/``GRPOConfig``/``LoraConfig`` from exactly this output, so the
-dry run shows what will really be used. Every honoured parameter is mapped in the README.
+The runner builds ``SFTConfig``/``GRPOConfig``/``DPOConfig``/``KTOConfig``/``LoraConfig`` from
+exactly this output, so the dry run shows what will really be used. Every honoured parameter is
+mapped in the README.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 from thub.backend import UsageError, cuda_visible, optional_training_args, report_settings, split_batch, world_size
 
 _BASE = frozenset({
-    "datasets", "mix_strategy", "mix_probabilities",
     "num_epochs", "max_steps", "learning_rate", "seed", "save_steps", "checkpoint_at_epoch",
     "save_final_checkpoint", "trust_remote_code", "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps",
     "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "logging_steps",
@@ -22,7 +22,6 @@ _BASE = frozenset({
 _SFT = _BASE | {
     "effective_batch_size", "max_seq_len", "unmask_messages", "overlong", "packing", "gradient_checkpointing",
     "use_liger", "validation_split", "validation_frequency", "is_pretraining", "block_size",
-    "document_column_name",
 }
 _LORA = frozenset({
     "lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora",
@@ -31,18 +30,36 @@ _LORA = frozenset({
 _GRPO = _BASE | {"reward", "group_size", "prompt_batch_size", "max_tokens", "temperature", "beta", "system_prompt",
                  "gradient_checkpointing"}
 
+# Not here, so refused when set: max_prompt_length (TRL 1.16's DPOConfig/KTOConfig have no prompt
+# cut-off), label_smoothing (TRL 1.16's sigmoid loss has no conservative-DPO term: the value would
+# change nothing), simpo_gamma (no simpo here, see DPO_LOSSES).
+_PREFERENCE = _BASE | {"effective_batch_size", "max_seq_len", "overlong", "gradient_checkpointing", "beta",
+                       "reference_model_path"}
+
 HONOURED: dict[str, frozenset[str]] = {
     "sft": frozenset(_SFT),
     "lora_sft": frozenset(_SFT | _LORA | {"save_merged"}),
     "grpo": frozenset(_GRPO),
     "lora_grpo": frozenset(_GRPO | _LORA),
+    "dpo": frozenset(_PREFERENCE | {"loss_type"}),
+    "kto": frozenset(_PREFERENCE | {"desirable_weight", "undesirable_weight"}),
 }
+
+#: thub's dpo ``loss_type`` -> TRL 1.16 ``DPOTrainer`` loss. ORPO and SimPO are in TRL only as
+#: ``trl.experimental`` trainers (ORPOTrainer, CPOTrainer) with their own data handling, which this
+#: backend does not run: refused, never trained as another loss.
+DPO_LOSSES = {"sigmoid": "sigmoid", "ipo": "ipo", "hinge": "hinge"}
+#: where the refused losses are trained (their plugins' READMEs)
+OTHER_LOSS_BACKENDS = "llamafactory (pref_loss) or axolotl (rl)"
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "sft": {"num_epochs": 1, "learning_rate": 2e-5, "max_seq_len": 1024, "effective_batch_size": 8},
     "lora_sft": {"num_epochs": 1, "learning_rate": 2e-4, "max_seq_len": 1024, "effective_batch_size": 8},
     "grpo": {"num_epochs": 1, "learning_rate": 1e-6, "prompt_batch_size": 2},
     "lora_grpo": {"num_epochs": 1, "learning_rate": 1e-5, "prompt_batch_size": 2},
+    # DPOConfig/KTOConfig's own learning rate and max_length; TRL's per-device batch of 8
+    "dpo": {"num_epochs": 1, "learning_rate": 1e-6, "max_seq_len": 1024, "effective_batch_size": 8},
+    "kto": {"num_epochs": 1, "learning_rate": 1e-6, "max_seq_len": 1024, "effective_batch_size": 8},
 }
 
 # The largest per-device batch thub chooses when splitting effective_batch_size.
@@ -101,6 +118,45 @@ def _quantization(params: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _preference(algorithm: str, params: dict[str, Any], config: dict[str, Any], world: int) -> dict[str, Any]:
+    """The DPOConfig/KTOConfig fields of ``dpo``/``kto`` (added to ``config``) and the plan's
+    trainer, reference model and data entries."""
+    micro, accumulation = split_batch(params["effective_batch_size"], world, MAX_MICRO_BATCH)
+    config.update({
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": accumulation,
+        "max_length": params["max_seq_len"],  # prompt + answer, as thub counts max_seq_len
+        "beta": params["beta"],
+    })
+    if algorithm == "dpo":
+        loss = params["loss_type"]
+        if loss not in DPO_LOSSES:
+            raise UsageError(
+                f"backend trl does not run dpo with loss_type {loss}: TRL 1.16's DPOTrainer has "
+                f"{', '.join(DPO_LOSSES)}; {loss} exists in TRL only as an experimental trainer thub does not run. "
+                f"Choose loss_type {' / '.join(DPO_LOSSES)}, or --backend {OTHER_LOSS_BACKENDS}")
+        config["loss_type"] = [DPO_LOSSES[loss]]
+    else:
+        if micro < 2:
+            # TRL's KL estimate pairs each prompt with another answer of the same device batch
+            raise UsageError(
+                f"kto on trl needs at least 2 answers per device batch (TRL estimates the KL term from the other "
+                f"answers of the batch); effective_batch_size {params['effective_batch_size']} over {world} "
+                f"process(es) gives {micro}: use an effective_batch_size that is an even multiple of {world}")
+        config.update({"desirable_weight": params["desirable_weight"],
+                       "undesirable_weight": params["undesirable_weight"]})
+    reference = params.get("reference_model_path")
+    return {
+        "trainer": "DPOTrainer" if algorithm == "dpo" else "KTOTrainer",
+        "config_class": "DPOConfig" if algorithm == "dpo" else "KTOConfig",
+        # None: TRL loads its own frozen copy of the initial policy (model_path)
+        "reference_model": ({"path": reference, "trust_remote_code": params["trust_remote_code"]}
+                            if reference else None),
+        "data": {"mode": "pairs" if algorithm == "dpo" else "unpaired", "overlong": params["overlong"],
+                 "max_seq_len": params["max_seq_len"]},
+    }
+
+
 def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     """The TRL trainer, its config, the PEFT config and the environment for ``params``."""
     if algorithm not in HONOURED:
@@ -139,6 +195,8 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             "overlong": params["overlong"],
             "validation_split": params.get("validation_split") or 0.0,
         }})
+    elif algorithm in ("dpo", "kto"):
+        plan.update(_preference(algorithm, params, config, world))
     else:
         completions = params["prompt_batch_size"] * params["group_size"]
         if completions % world:
