@@ -56,8 +56,9 @@ def test_undeclared_checks_and_unread_parameters_fail() -> None:
         kit.test_checks_registered()
     with pytest.raises(AssertionError, match="honoured but never read by translate"):
         kit.test_translation_reads_exactly_the_honoured_parameters()
-    kit.samples = {**kit.samples, "sft": {**kit.samples["sft"], "datasets": ["d.jsonl"]}}
-    with pytest.raises(AssertionError, match=r"the sample sets \['datasets'\], which the translation never reads"):
+    # trl reads wandb_entity only beside wandb_project (datasets, which core applies, is no example)
+    kit.samples = {**kit.samples, "sft": {**kit.samples["sft"], "wandb_entity": "e"}}
+    with pytest.raises(AssertionError, match=r"the sample sets \['wandb_entity'\], which the translation never"):
         kit.test_translation_for_samples()
 
 

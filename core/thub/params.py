@@ -21,12 +21,14 @@ __all__ = ["REQUIRED", "BaseParams", "DataFormat", "expand_path", "param"]
 
 
 def param(default: Any = None, *, group: str, help: str, flag: str | None = None, split: bool = True,
-           path: bool = False, **kw: Any) -> Any:
+           path: bool = False, core_applied: bool = False, **kw: Any) -> Any:
     """A parameter: default, group (for --help and docs) and one line of help.
 
     ``flag`` renames the CLI option (``--dataset`` for ``datasets``); ``split=False`` keeps a list
     option's values whole instead of splitting them on commas. ``path=True``: a file-system path
     (its leading ``~`` is expanded once, at validation, whatever the source: :func:`expand_path`).
+    ``core_applied=True``: thub's core applies it for every backend (the data, its mixing, the run
+    directory): honoured by every backend without any listing it (:func:`thub.config.fields.core_applied`).
     """
     extra: dict[str, Any] = {"group": group}
     if flag:
@@ -35,6 +37,8 @@ def param(default: Any = None, *, group: str, help: str, flag: str | None = None
         extra["split"] = False
     if path:
         extra["path"] = True
+    if core_applied:
+        extra["core_applied"] = True
     return Field(default, description=help, json_schema_extra=extra, **kw)
 
 
@@ -89,22 +93,24 @@ class BaseParams(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     # core
-    model_path: str = param(REQUIRED, path=True, group="core", help="Local path or hub id of the base model.")
-    data_path: str | None = param(path=True, group="core",
+    model_path: str = param(REQUIRED, path=True, core_applied=True, group="core",
+                            help="Local path or hub id of the base model.")
+    data_path: str | None = param(path=True, core_applied=True, group="core",
                                   help="Training data file or directory (JSONL, JSON, Parquet, saved HF dataset); or "
                                        "use datasets.")
-    ckpt_output_dir: str = param(REQUIRED, path=True, group="core",
+    ckpt_output_dir: str = param(REQUIRED, path=True, core_applied=True, group="core",
                                  help="Run directory: checkpoints, metrics, logs, result.json.")
-    data_format: DataFormat = param("auto", group="core", help="Data format; 'auto' detects it from the first row.")
+    data_format: DataFormat = param("auto", core_applied=True, group="core",
+                                    help="Data format; 'auto' detects it from the first row.")
     datasets: list[str | dict[str, Any]] | None = param(
-        group="data", flag="dataset", split=False, path=True,
+        core_applied=True, group="data", flag="dataset", split=False, path=True,
         help="Several datasets to mix: PATH[:key=value,...] on the command line, or mappings "
              "{path, format, role_tag, content_tag, user_tag, assistant_tag, prob, ...} in YAML (see docs/data.md).")
     mix_strategy: Literal["concat", "interleave_under", "interleave_over"] = param(
-        "concat", group="data",
+        "concat", core_applied=True, group="data",
         help="How datasets are combined: concat, or interleave until the shortest/longest ends.")
     mix_probabilities: list[Annotated[float, Field(ge=0)]] | None = param(
-        group="data", help="Sampling weights of the datasets for interleaving.")
+        core_applied=True, group="data", help="Sampling weights of the datasets for interleaving.")
     num_epochs: int | None = param(group="core", help="Passes over the data.", ge=1)
     max_steps: int | None = param(group="core",
                                   help="Stop after this many optimizer steps (overrides num_epochs where the backend "
@@ -126,7 +132,7 @@ class BaseParams(BaseModel):
     trust_remote_code: bool = param(False, group="core", help="Allow model code from the model repository.")
     gradient_checkpointing: bool | None = param(group="core",
                                                 help="Trade compute for memory by recomputing activations.")
-    allow_data_mismatch: bool = param(False, group="data",
+    allow_data_mismatch: bool = param(False, core_applied=True, group="data",
                                       help="Train even when the backend's library builds other examples or trained "
                                            "tokens than thub validated (measured before step 1; see result.json "
                                            "built).")
@@ -154,7 +160,7 @@ class BaseParams(BaseModel):
 
     # logging
     logging_steps: int = param(1, group="logging", help="Write a metrics line every N steps.", ge=1)
-    divergence_steps: int = param(3, group="logging", ge=0,
+    divergence_steps: int = param(3, core_applied=True, group="logging", ge=0,
                                    help="Stop the run as failed when the loss or gradient norm is NaN/inf for this "
                                         "many consecutive logged steps (0: never).")
     wandb_project: str | None = param(group="logging", help="Weights & Biases project.")

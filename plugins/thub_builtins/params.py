@@ -46,7 +46,8 @@ class _SupervisedParams(OverlongMixin, BaseParams):
     is_pretraining: bool = param(False, group="pretraining", help="Continued pretraining on documents instead of chat.")
     block_size: int | None = param(group="pretraining",
                                    help="Tokens per pretraining block (required with is_pretraining).", ge=1)
-    document_column_name: str = param("document", group="pretraining", help="Column holding the document text.")
+    document_column_name: str = param("document", core_applied=True, group="pretraining",
+                                      help="Column holding the document text.")
 
     @model_validator(mode="after")
     def _pretraining_consistent(self) -> _SupervisedParams:

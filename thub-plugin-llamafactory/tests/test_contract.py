@@ -32,8 +32,7 @@ class TestLlamaFactoryContract(BackendContract):
     }
     # contract kit (issue 14.6): honoured parameters this translation did not read on the samples when
     # the kit began checking; narrow with read_samples (conditional reads) or keep the runner's reads
-    read_elsewhere = frozenset({"block_size", "datasets", "document_column_name", "mix_probabilities", "mix_strategy",
-                                "mlflow_experiment_name", "validation_frequency", "wandb_entity"})
+    read_elsewhere = frozenset({"block_size", "mlflow_experiment_name", "validation_frequency", "wandb_entity"})
     checks = frozenset()
 
 

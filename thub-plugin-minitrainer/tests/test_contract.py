@@ -32,8 +32,6 @@ class TestMiniTrainerContract(BackendContract):
     }
     read_samples = [("sft", {**BASE, "is_pretraining": True, "block_size": 128}),
                     ("osft", {**OSFT, "is_pretraining": True, "block_size": 128})]
-    # read by the runner: the column it tokenizes when pretraining
-    read_elsewhere = frozenset({"document_column_name"})
     checks = frozenset({"minitrainer.attention", "minitrainer.torchrun"})
 
 

@@ -34,8 +34,6 @@ class TestTrlContract(BackendContract):
              "bnb_4bit_use_double_quant": True}
     read_samples = [("sft", {**BASE, **_MORE}), ("lora_sft", {**BASE, **_MORE, **_4BIT}),
                     ("grpo", {**BASE, **_TRACK}), ("lora_grpo", {**BASE, **_TRACK, **_4BIT})]
-    # applied by core's context.data() for every backend
-    read_elsewhere = frozenset({"datasets", "mix_strategy", "mix_probabilities", "document_column_name"})
     checks = frozenset()
 
 

@@ -34,8 +34,6 @@ class TestUnslothContract(BackendContract):
     read_samples = [("lora_sft", {**BASE, "is_pretraining": True, "block_size": 64, "validation_split": 0.1,
                                   "validation_frequency": 5, "wandb_project": "p", "wandb_entity": "e",
                                   "mlflow_tracking_uri": "file:///tmp/m", "mlflow_experiment_name": "x"})]
-    # applied by core's context.data() for every backend
-    read_elsewhere = frozenset({"document_column_name"})
     checks = frozenset({"unsloth.conflicts", "unsloth.device"})
 
 

@@ -44,10 +44,10 @@ def option_for(info: ParamInfo, honoured: bool = True) -> click.Option:
 
 def honoured_somewhere(registry: Any, algorithm: str) -> frozenset[str]:
     """Parameters of ``algorithm`` that thub's core or at least one installed backend honours."""
-    from thub.config.fields import CORE_HANDLED
+    from thub.config.fields import core_applied
     from thub.trackers import parent_logged_params
 
-    names = set(CORE_HANDLED)
+    names = set(core_applied(registry.algorithm(algorithm).load_parameters()))
     for backend in registry.backends_for(algorithm):
         names |= set(backend.honours(algorithm)) | set(parent_logged_params(backend, algorithm))
     return frozenset(names)

@@ -11,11 +11,6 @@ from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-# Parameters thub itself consumes whatever the backend: where the model, data and run live.
-# divergence_steps: the supervisor stops a diverging run for every backend (thub.runner.supervisor)
-# allow_data_mismatch: thub's own check of what the library built (thub.runner.built), for every backend
-CORE_HANDLED = frozenset({"model_path", "data_path", "ckpt_output_dir", "data_format", "divergence_steps",
-                          "allow_data_mismatch"})
 
 
 @dataclass(frozen=True)
@@ -32,6 +27,7 @@ class ParamInfo:
     split: bool = True
     path: bool = False  # a file-system path (param(path=True)): its `~` is expanded at validation
     bounds: str = ""  # the field's numeric constraints as text (">= 1", "0 <= x < 1"): bounds_text()
+    core_applied: bool = False  # param(core_applied=True): core applies it for every backend
 
     @property
     def option(self) -> str:
@@ -114,8 +110,29 @@ def param_infos(model: type[BaseModel]) -> dict[str, ParamInfo]:
             split=bool(extra.get("split", True)),
             path=bool(extra.get("path", False)),
             bounds=bounds_text([*field.metadata, *_annotated_metadata(field.annotation)]),
+            core_applied=_marked_core_applied(model, name),
         )
     return infos
+
+
+def _marked_core_applied(model: type[BaseModel], name: str) -> bool:
+    """Whether ``model``'s field ``name``, or the field of that name in a parameter model it
+    extends, is declared ``param(core_applied=True)``: a subclass that redeclares a field for its
+    own help text (GRPO's ``data_path``) keeps what core does with it."""
+    for cls in model.__mro__:
+        field = getattr(cls, "__pydantic_fields__", {}).get(name)
+        extra = getattr(field, "json_schema_extra", None)
+        if isinstance(extra, dict) and extra.get("core_applied"):
+            return True
+    return False
+
+
+def core_applied(model: type[BaseModel]) -> frozenset[str]:
+    """The parameters of ``model`` thub's core applies itself for every backend (declared on their
+    fields with ``param(core_applied=True)``: where the model, data and run live, the data's
+    format, mixing and document column, the divergence stop, the built-data check). Every backend
+    honours them without listing them; no backend may refuse them."""
+    return frozenset(name for name, info in param_infos(model).items() if info.core_applied)
 
 
 def _annotated_metadata(annotation: Any) -> list[Any]:

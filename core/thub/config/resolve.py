@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from thub.compat import training_hub
-from thub.config.fields import CORE_HANDLED, ParamInfo, param_infos, parse_text
+from thub.config.fields import ParamInfo, core_applied, param_infos, parse_text
 from thub.config.yamlfile import load_yaml
 from thub.errors import UsageError, did_you_mean
 from thub.manager import Registry
@@ -282,7 +282,8 @@ def _check_honoured(registry: Registry, resolved: ResolvedConfig, allow_ignored:
     from thub.trackers import parent_logged_params
 
     # a tracker the backend's library does not log, thub logs from the parent (thub.trackers)
-    honoured = backend.honours(algorithm) | CORE_HANDLED | parent_logged_params(backend, algorithm)
+    honoured = backend.honours(algorithm) | core_applied(type(resolved.params)) \
+        | parent_logged_params(backend, algorithm)
     problems = []
     # PET_* describe the machine (Kubeflow sets them on every worker), not a request of the user:
     # a backend that does not start torchrun leaves them to its library, as before they were layers

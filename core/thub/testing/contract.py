@@ -201,12 +201,13 @@ class BackendContract:
 
     def _consumed_by_core(self, registry: Registry, algorithm: str) -> set[str]:
         """Parameters thub's core reads itself: paths, torchrun flags, thub-routed trackers."""
-        from thub.config.resolve import CORE_HANDLED
+        from thub.config.fields import core_applied
         from thub.launch.torchrun import PET_VARIABLES
         from thub.trackers import parent_logged_params
 
         spec = registry.backends[self.backend]
-        core = set(CORE_HANDLED) | set(parent_logged_params(spec, algorithm))
+        core = set(core_applied(registry.algorithm(algorithm).load_parameters())) \
+            | set(parent_logged_params(spec, algorithm))
         if spec.launcher == "torchrun":
             core |= set(PET_VARIABLES)  # the torchrun settings, one PET_* variable each
         return core

@@ -8,11 +8,10 @@ what will be used. A runner that needs a parameter reads it from the plan.
 
 Not tested here, on purpose:
 
-* what thub's core consumes itself for every backend (paths, torchrun settings, trackers the
-  parent logs: the kit's ``_consumed_by_core``);
-* the data parameters core applies for every backend before the backend sees a row
-  (:data:`CORE_DATA`: the datasets, their mixing, the format, the document column): the backend
-  gets the mixed rows from the run context, so they cannot show in its native configuration.
+* what thub's core consumes itself for every backend (the kit's ``_consumed_by_core``): the
+  parameters declared ``param(core_applied=True)`` (paths, the datasets, their mixing, the format,
+  the document column: the backend gets the mixed rows from the run context, so they cannot show
+  in its native configuration), torchrun settings and the trackers the parent logs.
 
 Values are derived from each parameter's pydantic field (booleans both ways, a ``Literal``'s
 choices, numbers inside the field's bounds, a few known texts); a plugin gives its own for a
@@ -26,9 +25,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, get_args, get_origin
 
 from thub.errors import UsageError
-
-#: data settings core applies for every backend (context.data(): datasets, mixing, format, document column)
-CORE_DATA = frozenset({"datasets", "mix_strategy", "mix_probabilities", "data_format", "document_column_name"})
 
 #: values for thub parameters whose type alone says little (texts with a format, lists of names)
 KNOWN_VALUES: dict[str, tuple[Any, ...]] = {
@@ -138,7 +134,7 @@ def unchanged_parameters(
     for algorithm, names in honoured.items():
         bases = [flags for name, flags in configurations if name == algorithm]
         model_fields = fields(algorithm)
-        for name in sorted(set(names) - exempt(algorithm) - CORE_DATA):
+        for name in sorted(set(names) - exempt(algorithm)):
             problem = _check_one(translate, algorithm, name, model_fields[name], bases, given)
             if problem:
                 problems.append(f"{algorithm}: {problem}")

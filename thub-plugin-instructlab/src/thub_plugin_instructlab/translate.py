@@ -58,7 +58,7 @@ _DIRECT = {
 _SFT = frozenset({
     *_DIRECT, *TORCHRUN_PARAMS,
     "max_tokens_per_gpu", "beta1", "beta2", "data_output_dir", "unmask_messages",
-    "is_pretraining", "block_size", "document_column_name",
+    "is_pretraining", "block_size",
 })
 
 HONOURED: dict[str, frozenset[str]] = {"sft": _SFT}

@@ -17,7 +17,6 @@ BACKEND = "llamafactory"
 DATASET = "thub_train"
 
 _SFT = frozenset({
-    "datasets", "mix_strategy", "mix_probabilities",
     "num_epochs", "max_steps", "effective_batch_size", "learning_rate", "max_seq_len", "seed",
     "save_steps", "checkpoint_at_epoch", "trust_remote_code", "gradient_checkpointing",
     "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm",
@@ -25,7 +24,7 @@ _SFT = frozenset({
     "logging_steps", "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",
     "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name",
     "unmask_messages", "overlong", "packing", "use_liger", "validation_split", "validation_frequency",
-    "is_pretraining", "block_size", "document_column_name",
+    "is_pretraining", "block_size",
 })
 _LORA = frozenset({"lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora"})
 

@@ -24,7 +24,7 @@ _COMMON = frozenset({
     "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",
     "wandb_project", "wandb_entity", "wandb_run_name", "mlflow_tracking_uri", "mlflow_experiment_name",
     "mlflow_run_name", "unmask_messages", "use_liger", "validation_split", "validation_frequency",
-    "is_pretraining", "block_size", "document_column_name",
+    "is_pretraining", "block_size",
 })
 # Not honoured, on purpose (see README "Not honoured"): beta1, beta2, eps, weight_decay (mini-trainer 0.9.0's
 # run_training does not forward them to train.py), max_grad_norm (fixed at 1.0), gradient_checkpointing,

@@ -25,7 +25,7 @@ _HONOURED = frozenset({
     "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name",
     # data
     "unmask_messages", "validation_split", "validation_frequency",
-    "is_pretraining", "block_size", "document_column_name",
+    "is_pretraining", "block_size",
     # LoRA / QLoRA (bnb_4bit_* are not honoured: unsloth builds its own 4-bit config)
     "lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora",
     "load_in_4bit", "load_in_8bit",
