@@ -23,6 +23,8 @@ class TestTrlContract(BackendContract):
         "lora_sft": {**BASE, "lora_r": 4, "target_modules": ["q_proj"]},
         "grpo": {**BASE, "group_size": 4, "reward": ["math"]},
         "lora_grpo": {**BASE, "group_size": 2, "prompt_batch_size": 3},
+        "dpo": {**BASE, "beta": 0.2, "loss_type": "ipo"},
+        "kto": {**BASE, "desirable_weight": 1.5},
     }
     # conditional reads: pretraining blocks, validation, trackers' second names, 4-bit settings
     _MORE = {"is_pretraining": True, "block_size": 64, "validation_split": 0.1, "validation_frequency": 5,
@@ -33,7 +35,9 @@ class TestTrlContract(BackendContract):
     _4BIT = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": "bfloat16",
              "bnb_4bit_use_double_quant": True}
     read_samples = [("sft", {**BASE, **_MORE}), ("lora_sft", {**BASE, **_MORE, **_4BIT}),
-                    ("grpo", {**BASE, **_TRACK}), ("lora_grpo", {**BASE, **_TRACK, **_4BIT})]
+                    ("grpo", {**BASE, **_TRACK}), ("lora_grpo", {**BASE, **_TRACK, **_4BIT}),
+                    ("dpo", {**BASE, **_TRACK, "reference_model_path": "ref"}),
+                    ("kto", {**BASE, **_TRACK, "reference_model_path": "ref"})]
     checks = frozenset()
 
 
