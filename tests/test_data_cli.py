@@ -170,7 +170,7 @@ def test_prepare_refuses_grpo(model_dir: str, tmp_path: Path) -> None:
     data = tmp_path / "g.jsonl"
     data.write_text(json.dumps({"question": "1+1", "answer": "2"}) + "\n")
     result = run("data", "prepare", "-m", model_dir, str(data), "-o", str(tmp_path / "x.jsonl"))
-    assert result.exit_code == 2 and "GRPO prompts are not tokenized" in result.output
+    assert result.exit_code == 2 and "grpo rows (prompt + ground_truth) are not tokenized" in result.output
 
 
 def test_zero_trained_tokens_is_an_error(model_dir: str, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, CommandSpec, RewardSpec, RunEvent
+    from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, CommandSpec, DataKindSpec, RewardSpec, RunEvent
 
 hookspec = pluggy.HookspecMarker("thub")
 hookimpl = pluggy.HookimplMarker("thub")
@@ -23,6 +23,12 @@ hookimpl = pluggy.HookimplMarker("thub")
 @hookspec
 def thub_register_algorithms(register: Callable[[AlgorithmSpec], None]) -> None:
     """Register training algorithms (``AlgorithmSpec``: name, summary, parameter model)."""
+
+
+@hookspec
+def thub_register_data_kinds(register: Callable[[DataKindSpec], None]) -> None:
+    """Register data kinds (``DataKindSpec``: name, its formats with how a row is recognised,
+    validated and normalised, chat template or not, mask preview); core names none itself."""
 
 
 @hookspec

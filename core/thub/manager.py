@@ -31,6 +31,8 @@ from thub.specs import (
     BackendSpec,
     CheckSpec,
     CommandSpec,
+    DataFormatSpec,
+    DataKindSpec,
     Provenance,
     Registered,
     RewardSpec,
@@ -40,6 +42,8 @@ from thub.specs import (
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "thub_builtins.algorithms",
+    "thub_builtins.data_kinds",
+    "thub_builtins.preference_data",
     "thub_builtins.rewards",
     "thub_builtins.checks",
     "thub_builtins.kubeflow",
@@ -51,6 +55,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 _REGISTRATION_HOOKS: dict[str, tuple[str, type[Registered]]] = {
     "algorithms": ("thub_register_algorithms", AlgorithmSpec),
     "backends": ("thub_register_backends", BackendSpec),
+    "data_kinds": ("thub_register_data_kinds", DataKindSpec),
     "rewards": ("thub_register_rewards", RewardSpec),
     "checks": ("thub_register_checks", CheckSpec),
     "commands": ("thub_register_commands", CommandSpec),
@@ -89,6 +94,8 @@ class Registry:
     algorithms: dict[str, AlgorithmSpec] = field(default_factory=dict)
     backends: dict[str, BackendSpec] = field(default_factory=dict)
     rewards: dict[str, RewardSpec] = field(default_factory=dict)
+    #: data kinds by name (thub_register_data_kinds); their formats: :meth:`data_formats`
+    data_kinds: dict[str, DataKindSpec] = field(default_factory=dict)
     checks: dict[str, CheckSpec] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
     # backend name -> managed environment holding it (read from manifests; see thub.envs)
@@ -112,6 +119,33 @@ class Registry:
                 f"unknown algorithm {name!r}{did_you_mean(name, self.algorithms)}; "
                 f"available: {', '.join(sorted(self.algorithms))}"
             ) from None
+
+    def data_formats(self) -> list[tuple[DataFormatSpec, DataKindSpec]]:
+        """Every registered data format with its kind, in detection order (priority, then
+        registration order)."""
+        found = [(fmt, kind) for kind in self.data_kinds.values() for fmt in kind.formats]
+        return sorted(found, key=lambda pair: -pair[0].priority)  # stable: registration order within
+
+    def data_format(self, name: str) -> tuple[DataFormatSpec, DataKindSpec]:
+        """The format ``name`` and its kind; else a UsageError naming the registered formats."""
+        from thub.errors import UsageError, did_you_mean
+
+        formats = {fmt.name: (fmt, kind) for fmt, kind in self.data_formats()}
+        try:
+            return formats[name]
+        except KeyError:
+            raise UsageError(f"format: expected auto or one of {', '.join(formats)}, found {name!r}"
+                             f"{did_you_mean(name, formats)}") from None
+
+    def data_kind(self, name: str) -> DataKindSpec:
+        """The data kind ``name``; else a UsageError naming the registered kinds."""
+        from thub.errors import UsageError, did_you_mean
+
+        try:
+            return self.data_kinds[name]
+        except KeyError:
+            raise UsageError(f"data kind: expected one of {', '.join(self.data_kinds)}, found {name!r}"
+                             f"{did_you_mean(name, self.data_kinds)}") from None
 
     def backend(self, name: str) -> BackendSpec:
         """The installed backend ``name`` means (any case, or an alias such as ``minitrainer``);
@@ -312,17 +346,30 @@ class _Loader:
             return
         for spec in found:
             key = spec.id if kind == "checks" else spec.name
-            if key in target:
-                other = target[key].provenance.describe()
-                self._fail(
-                    info.name,
-                    (info.distribution, info.version),
-                    f"register {kind}",
-                    ValueError(f"{key!r} is already registered by {other}"),
-                )
+            problem = f"{key!r} is already registered by {target[key].provenance.describe()}" if key in target else None
+            if problem is None and kind == "data_kinds":
+                problem = _format_clash(spec, target)
+            if problem:
+                self._fail(info.name, (info.distribution, info.version), f"register {kind}", ValueError(problem))
                 continue
             target[key] = spec
             info.registered.setdefault(kind, []).append(key)
+
+
+def _format_clash(spec: DataKindSpec, kinds: dict[str, DataKindSpec]) -> str | None:
+    """Why data kind ``spec`` cannot join ``kinds``: a format name another kind (or it twice)
+    has, or ``auto`` (which means "detect"); None when it can."""
+    names = spec.format_names()
+    if not names:
+        return f"data kind {spec.name!r} has no format"
+    taken = {name: other for other in kinds.values() for name in other.format_names()}
+    for i, name in enumerate(names):
+        if name == "auto" or name in names[:i]:
+            return f"data kind {spec.name!r}: format name {name!r} is reserved or repeated"
+        if name in taken:
+            return (f"data kind {spec.name!r}: format {name!r} is already registered by data kind "
+                    f"{taken[name].name!r} ({taken[name].provenance.describe()})")
+    return None
 
 
 def _thub_version() -> str:

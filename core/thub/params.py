@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 __all__ = ["REQUIRED", "BaseParams", "DataFormat", "expand_path", "param"]
 
@@ -67,7 +67,30 @@ def _has_nul(value: Any) -> bool:
 
 
 REQUIRED = ...
-DataFormat = Literal["auto", "messages", "sharegpt", "alpaca", "document", "grpo", "processed"]
+
+
+def _registered_format(value: str) -> str:
+    """``value`` when it is ``auto`` or a data format a plugin registered (thub_register_data_kinds)."""
+    from thub.data.kinds import format_names
+    from thub.errors import did_you_mean
+
+    names = format_names()
+    if value != "auto" and value not in names:
+        raise ValueError(f"expected auto or one of {', '.join(names)}{did_you_mean(value, names)}")
+    return value
+
+
+class _FormatSchema:
+    """The JSON Schema of ``data_format``: an enum of the formats registered when it is generated."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        from thub.data.kinds import format_names
+
+        return {**handler(core_schema), "enum": ["auto", *format_names()]}
+
+
+#: ``auto`` or the name of a registered data format (checked against the plugins' registry)
+DataFormat = Annotated[str, AfterValidator(_registered_format), _FormatSchema()]
 
 
 def _takes_bool(annotation: Any) -> bool:

@@ -1,4 +1,4 @@
-"""The things plugins register: algorithms, backends, rewards, doctor checks and commands.
+"""The things plugins register: algorithms, backends, data kinds, rewards, doctor checks and commands.
 
 Specs are plain frozen dataclasses so that registering them costs nothing at start-up:
 pydantic parameter models and backend runners are named by *import string* and loaded only
@@ -61,12 +61,93 @@ class AlgorithmSpec(Registered):
     name: str
     summary: str
     parameters: str
-    data_formats: tuple[str, ...] = ()
+    #: the data kinds (:class:`DataKindSpec` names) it trains on; rows of another kind are
+    #: refused before anything starts. Empty: any kind.
+    data_kinds: tuple[str, ...] = ()
     provenance: Provenance = Provenance()
+    #: the old keyword (format names), accepted from outside plugins: use ``data_kinds``
+    data_formats: dataclasses.InitVar[tuple[str, ...] | None] = None
+
+    def __post_init__(self, data_formats: tuple[str, ...] | None) -> None:
+        if data_formats and not self.data_kinds:
+            # a format name is resolved to its kind when the data is checked (thub.data.kinds)
+            object.__setattr__(self, "data_kinds", tuple(data_formats))
 
     def load_parameters(self) -> type[BaseModel]:
         """The parameter model (a pydantic model class) named by :attr:`parameters`."""
         return load_object(self.parameters)
+
+
+@dataclass(frozen=True)
+class DataFormatSpec:
+    """One way rows of a data kind are written in a file (``messages``, ``sharegpt``, ...).
+
+    Attributes:
+        name: the format's name (``--format NAME``, ``data_format: NAME``, ``PATH:format=NAME``).
+        detect: import string of ``detect(row: dict) -> bool``: whether a row read from a file
+            looks like this format (cheap: it runs on every row of an ``auto`` file).
+        normalise: import string of ``normalise(row, check, source) -> dict | None``: validate
+            one row and return the kind's canonical row, or report each problem with
+            ``check.error(field, expected, found)`` (a :class:`thub.data.RowCheck`; the message
+            becomes ``file:line: field: expected X, found Y``) and return None. ``source`` is the
+            row's :class:`thub.data.DatasetSource` (its per-dataset settings: tags, columns).
+        summary: what a row holds, for the "no known format" error (``instruction/output``).
+        priority: detection order: formats are tried highest first, then in registration order
+            (a format whose rows also match a more general one, e.g. ``messages`` plus
+            ``ground_truth``, needs a higher priority than that one).
+    """
+
+    name: str
+    detect: str
+    normalise: str
+    summary: str = ""
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class DataKindSpec(Registered):
+    """A kind of training rows (``chat``, ``document``, ...): its formats and how thub treats them.
+
+    An algorithm names the kinds it accepts (``AlgorithmSpec.data_kinds``). One run's rows are
+    all of one kind. Every callable is named by import string, imported only when data of this
+    kind is read, so registering imports nothing.
+
+    Attributes:
+        name: the kind's name, recorded with the run's validated rows (``thub_data/``).
+        summary: what its canonical rows hold, for messages (``prompt + ground_truth``).
+        formats: its :class:`DataFormatSpec` s.
+        chat_template: whether its rows are rendered with the model's chat template (a model
+            without one is refused before the run, and ``thub data preview`` checks it).
+        preview: import string of ``preview(row, view) -> list[dict]``: what ``thub data
+            preview`` shows of one canonical row, as titled panels, each
+            ``{"title": str | None, **thub.data.preview.explain(...)}`` (one panel for a chat
+            row; several for a row holding several texts, e.g. chosen and rejected answers).
+            ``view`` is a :class:`thub.data.preview.PreviewView` (tokenizer, template, unmask,
+            max_seq_len). None: the kind has no preview.
+        tokenize: import string of ``tokenize(rows, tokenizer, settings, locations, template,
+            sink) -> (samples, stats)`` used by ``thub data prepare`` and ``thub data stats``;
+            samples are ``(input_ids, trained ranges | None)`` pairs or ``{"input_ids",
+            "labels"}`` dicts, stats a :class:`thub.data.TokenizeStats`; ``settings`` holds
+            ``max_seq_len``, ``overlong`` and ``unmask``. None: rows of this kind are not
+            tokenized ahead of training (backends read them as they are).
+        expected: import string of ``expected(params, rows, locations, tokenizer) -> (samples,
+            origin) | None``: the ``(input_ids, labels)`` of each example thub trains from the
+            rows and the row index of each (-1: several rows), which the run compares with what
+            the library built (:mod:`thub.data.expected`); None from the function: nothing to
+            compare. ``expected=None``: only the number of examples is compared (no tokenizer).
+    """
+
+    name: str
+    summary: str
+    formats: tuple[DataFormatSpec, ...]
+    chat_template: bool = False
+    preview: str | None = None
+    tokenize: str | None = None
+    expected: str | None = None
+    provenance: Provenance = Provenance()
+
+    def format_names(self) -> tuple[str, ...]:
+        return tuple(fmt.name for fmt in self.formats)
 
 
 @dataclass(frozen=True)

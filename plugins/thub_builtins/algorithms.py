@@ -9,8 +9,9 @@ from thub.specs import AlgorithmSpec
 
 _PARAMS = "thub_builtins.params"
 _PREFERENCE = "thub_builtins.preference_params"
-_CHAT = ("messages", "sharegpt", "alpaca", "document", "processed")
-_PROMPTS = ("grpo", "messages")
+# the data kinds each trains on (thub_builtins.data_kinds; preference kinds: thub_builtins.preference_data)
+_CHAT = ("chat", "document", "processed")
+_PROMPTS = ("grpo",)
 
 ALGORITHMS = (
     AlgorithmSpec("sft", "Full supervised fine-tuning; continued pretraining with is_pretraining.",
@@ -21,9 +22,9 @@ ALGORITHMS = (
     AlgorithmSpec("grpo", "Full-parameter GRPO with verifiable rewards.", f"{_PARAMS}:GRPOParams", _PROMPTS),
     AlgorithmSpec("lora_grpo", "GRPO training LoRA adapters.", f"{_PARAMS}:LoRAGRPOParams", _PROMPTS),
     AlgorithmSpec("dpo", "Direct preference optimisation on (prompt, chosen, rejected) pairs; losses sigmoid, ipo, "
-                  "hinge, orpo, simpo.", f"{_PREFERENCE}:DPOParams", ("preference", "sharegpt_preference")),
+                  "hinge, orpo, simpo.", f"{_PREFERENCE}:DPOParams", ("preference",)),
     AlgorithmSpec("kto", "Kahneman-Tversky optimisation on unpaired answers labelled desirable or undesirable.",
-                  f"{_PREFERENCE}:KTOParams", ("kto",)),
+                  f"{_PREFERENCE}:KTOParams", ("unpaired_preference",)),
 )
 
 

@@ -13,13 +13,31 @@ from typing import Any
 
 import click
 
-from thub.data.formats import FORMATS
 from thub.data.mixing import STRATEGIES
 from thub.data.tokenize import OVERLONG
 from thub.errors import UsageError
 from thub.ui.output import JSON_SCHEMA_VERSION, console, emit_json, stdout_console, table
 
-_FORMAT_CHOICE = click.Choice(["auto", *FORMATS])
+
+class _FormatChoice(click.Choice):  # type: ignore[type-arg]
+    """``auto`` or a registered data format, looked up when the option is used (or ``--help`` is
+    shown), not when the command is imported."""
+
+    def __init__(self) -> None:
+        super().__init__(["auto"])
+
+    @property  # type: ignore[override]
+    def choices(self) -> list[str]:
+        from thub.data.kinds import format_names
+
+        return ["auto", *format_names()]
+
+    @choices.setter
+    def choices(self, value: Any) -> None:
+        pass  # always the registry's
+
+
+_FORMAT_CHOICE = _FormatChoice()
 
 
 def _dataset_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -167,16 +185,21 @@ def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
     lost: trained text between [[ and ]]): check that exactly the assistant's answers (and their
     end-of-turn marker) are trained.
     """
+    from thub.data.kinds import kind_spec
     from thub.data.loading import load_sources
-    from thub.data.preview import explain
+    from thub.data.preview import PreviewView, panels
 
     loaded = load_sources(_sources(paths, datasets, data_format))
-    tokenizer, template = _tokenizer_and_template(model, loaded[0].kind in ("chat", "grpo"))
+    spec = kind_spec(loaded[0].kind)
+    tokenizer, template = _tokenizer_and_template(model, spec.chat_template)
+    view = PreviewView(tokenizer, template, unmask, max_seq_len)
     report = []
     for item in loaded:
         for row, location in list(zip(item.rows, item.locations, strict=True))[:count]:
-            report.append({"source": item.source.path, "location": location, "format": item.format,
-                           **explain(row, tokenizer, template, unmask=unmask, max_seq_len=max_seq_len)})
+            shown = panels(row, view, item.kind)
+            first = {k: v for k, v in shown[0].items() if k != "title"}  # one-panel kinds: the example itself
+            report.append({"source": item.source.path, "location": location, "format": item.format, **first,
+                           "panels": shown})
     if backend:  # the backend's own preprocessing of the same rows (docs/data.md)
         from thub.data.backend_masks import backend_preview
 
@@ -187,8 +210,6 @@ def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
     if as_json:
         emit_json({"schema_version": JSON_SCHEMA_VERSION, "model": model, "examples": report})
         return
-    from rich.text import Text
-
     out = stdout_console()
     coloured = out.is_terminal and out.color_system is not None
     for example in report:
@@ -197,21 +218,31 @@ def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
             out.rule(header)
         else:
             out.print(f"==> {header} <==", markup=False)
-        text = Text()
-        for segment in example["segments"]:
-            if coloured:
-                text.append(segment["text"], style="bold green" if segment["trained"] else "dim")
-            elif segment["trained"]:
-                text.append(f"[[{segment['text']}]]")  # without colour the markers carry the mask
-            else:
-                text.append(segment["text"])
-        out.print(text)
-        cut = " [yellow](truncated to max_seq_len)[/yellow]" if example["truncated"] else ""
-        legend = "[bold green]trained[/bold green] [dim]masked[/dim]" if coloured else r"\[\[trained]] masked"
-        out.print(f"[bold]{example['tokens']}[/bold] tokens, [green]{example['trained_tokens']} trained[/green]{cut}"
-                  f"   legend: {legend}")
-        if example["trained_tokens"] == 0 and example["format"] != "grpo":
-            console().print("[red]warning:[/red] no trained token in this example: check roles and the chat template")
+        for panel in example["panels"]:
+            _print_panel(out, panel, coloured)
+
+
+def _print_panel(out: Any, panel: dict[str, Any], coloured: bool) -> None:
+    """One panel of a previewed row: its title, the text with trained tokens marked, the counts."""
+    from rich.text import Text
+
+    if panel.get("title"):
+        out.print(f"-- {panel['title']} --", markup=False)
+    text = Text()
+    for segment in panel["segments"]:
+        if coloured:
+            text.append(segment["text"], style="bold green" if segment["trained"] else "dim")
+        elif segment["trained"]:
+            text.append(f"[[{segment['text']}]]")  # without colour the markers carry the mask
+        else:
+            text.append(segment["text"])
+    out.print(text)
+    cut = " [yellow](truncated to max_seq_len)[/yellow]" if panel["truncated"] else ""
+    legend = "[bold green]trained[/bold green] [dim]masked[/dim]" if coloured else r"\[\[trained]] masked"
+    out.print(f"[bold]{panel['tokens']}[/bold] tokens, [green]{panel['trained_tokens']} trained[/green]{cut}"
+              f"   legend: {legend}")
+    if panel["trained_tokens"] == 0 and panel.get("trains", True):
+        console().print("[red]warning:[/red] no trained token in this example: check roles and the chat template")
 
 
 @data.command()
@@ -224,23 +255,22 @@ def stats(paths: tuple[str, ...], datasets: tuple[str, ...], data_format: str, s
           probabilities: str | None, seed: int, model: str | None, max_seq_len: int | None, unmask: bool,
           as_json: bool) -> None:
     """Counts per dataset; with --model, token lengths (p50/p90/p99/max) and trained tokens."""
-    from thub.data.tokenize import percentiles, tokenize_chat, tokenize_documents
+    from thub.data.kinds import kind_spec
+    from thub.data.kinds import loaded as loaded_object
+    from thub.data.tokenize import percentiles
 
     strategy = strategy or "concat"
     loaded, rows, locations = _load_mixed(_sources(paths, datasets, data_format), strategy, probabilities, seed)
     report: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION, "rows": len(rows), "strategy": strategy,
                               "sources": [{"path": i.source.path, "format": i.format, "rows": len(i.rows),
                                            "roles": dict(i.roles)} for i in loaded]}
-    kind = loaded[0].kind
-    if kind == "chat":
-        turns = [len(r["messages"]) for r in rows]
-        report["messages_per_row"] = percentiles(turns)
-    if model is not None and kind in ("chat", "document"):
-        tokenizer, template = _tokenizer_and_template(model, kind == "chat")
-        if kind == "chat":
-            _, tstats = tokenize_chat(rows, tokenizer, None, unmask=unmask, locations=locations, template=template)
-        else:
-            _, tstats = tokenize_documents(rows, tokenizer, None, locations=locations)
+    spec = kind_spec(loaded[0].kind)
+    if rows and all("messages" in r for r in rows):  # conversations, whatever their kind
+        report["messages_per_row"] = percentiles([len(r["messages"]) for r in rows])
+    if model is not None and spec.tokenize is not None:
+        tokenizer, template = _tokenizer_and_template(model, spec.chat_template)
+        _, tstats = loaded_object(spec.tokenize)(rows, tokenizer, {"max_seq_len": None, "overlong": "truncate",
+                                                                   "unmask": unmask}, locations, template, None)
         report["tokens"] = tstats.tokens
         report["trained_tokens"] = tstats.trained_tokens
         report["token_length"] = percentiles(tstats.lengths)

@@ -89,22 +89,28 @@ def plugins(as_json: bool) -> None:
 @click.command()
 @json_option
 def algorithms(as_json: bool) -> None:
+    from thub.data.kinds import accepted_kinds
+
     registry = get_registry()
-    data: list[dict[str, Any]] = [
-        {
+    data: list[dict[str, Any]] = []
+    for spec in registry.algorithms.values():
+        kinds = accepted_kinds(spec)
+        data.append({
             "name": spec.name,
             "summary": spec.summary,
-            "data_formats": list(spec.data_formats),
+            "data_kinds": kinds,  # empty: any kind
+            # the formats those kinds are read from (a kind no installed plugin registers has none)
+            "data_formats": [name for kind in kinds if kind in registry.data_kinds
+                             for name in registry.data_kinds[kind].format_names()],
             "backends": [b.name for b in registry.backends_for(spec.name)],
             "plugin": spec.provenance.plugin,
-        }
-        for spec in registry.algorithms.values()
-    ]
+        })
     if as_json:
         emit_json({"schema_version": JSON_SCHEMA_VERSION, "algorithms": data})
         return
-    table("Algorithms", ["algorithm", "backends", "summary"],
-          [[a["name"], ", ".join(a["backends"]) or "(none installed)", a["summary"]] for a in data])
+    table("Algorithms", ["algorithm", "data", "backends", "summary"],
+          [[a["name"], ", ".join(a["data_kinds"]) or "any", ", ".join(a["backends"]) or "(none installed)",
+            a["summary"]] for a in data])
 
 
 def installable(registry: Any, algorithm: str | None) -> list[dict[str, Any]]:

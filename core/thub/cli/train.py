@@ -56,7 +56,7 @@ def _make_command(algorithm: str) -> click.Command:
             # `thub data check` (bad data: exit 2, nothing written).
             from thub.data import training_rows
 
-            training_rows(resolved.values())
+            training_rows(resolved.values(), resolved.algorithm)  # with the gate: rows of a kind it trains on
             show_plan(resolved, control["as_json"])
             return
         from thub.runner import run_training

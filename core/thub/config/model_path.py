@@ -116,14 +116,16 @@ def has_chat_template(model_dir: Path) -> bool | None:
 
 
 def _data_needs_template(params: Mapping[str, Any]) -> str | None:
-    """``"chat"`` or ``"grpo"`` when the run's data is rendered with the chat template."""
+    """The data kind of the run's data when its rows are rendered with the chat template (its
+    ``DataKindSpec.chat_template``); None otherwise."""
     if params.get("is_pretraining"):
         return None
-    from thub.data.formats import detect_format, kind_of
+    from thub.data.kinds import detect_format, formats, uses_chat_template
     from thub.data.problems import Problems
     from thub.data.readers import iter_records
     from thub.data.training import training_sources
 
+    known = formats()
     for source in training_sources(params):
         fmt = source.format
         if fmt == "auto":
@@ -135,9 +137,9 @@ def _data_needs_template(params: Mapping[str, Any]) -> str | None:
             finally:
                 records.close()
             row = first[1] if first else None
-            fmt = detect_format(row) if isinstance(row, dict) else "unknown"
-        kind = kind_of(fmt)
-        if kind in ("chat", "grpo"):
+            fmt = detect_format(row)
+        kind = known.kind_of(fmt)
+        if kind and uses_chat_template([kind]):
             return kind
     return None
 
@@ -176,7 +178,9 @@ def check_model_path(params: Mapping[str, Any], environ: Mapping[str, str] | Non
                 raise UsageError(f"{where}{hint}: {why}")
     kind = _data_needs_template(params) if model_dir is not None else None
     if kind and has_chat_template(model_dir) is False:  # type: ignore[arg-type]
-        data = "chat data" if kind == "chat" else "GRPO prompts"
+        from thub.data.kinds import kind_spec
+
+        data = f"{kind} rows ({kind_spec(kind).summary})"
         raise UsageError(f"{where}: its tokenizer has no chat template (no chat_template in tokenizer_config.json, "
                          f"no chat_template.jinja), and {data} are rendered with it; use a chat/instruct model, "
                          "add a chat template, or train on documents (is_pretraining)")

@@ -5,7 +5,10 @@ imported inside the functions that need a tokenizer, Parquet or a saved HF datas
 
 Public API (stable; the training runner and backends call it):
 
-* :func:`load_dataset_rows` / :func:`detect_format` - read and validate one file;
+* :func:`load_dataset_rows` / :func:`detect_format` - read and validate one file, in the
+  formats plugins register (:mod:`thub.data.kinds`, ``thub_register_data_kinds``);
+* :class:`RowCheck` / :func:`check_messages` / :func:`describe` / :func:`sharegpt_tags` - what a
+  data format's normaliser is built from (``file:line: field: expected X, found Y``);
 * :class:`DatasetSource` / :func:`mix` - several datasets with their own tags, mixed by a strategy;
 * :func:`tokenize_chat` / :func:`tokenize_documents` - input_ids + labels with loss masks;
 * :func:`prepare` - tokenize to a file backends read (cached, atomic);
@@ -16,7 +19,8 @@ Public API (stable; the training runner and backends call it):
 
 from __future__ import annotations
 
-from thub.data.formats import FORMATS, DatasetSource, detect_format
+from thub.data.formats import DatasetSource, RowCheck, check_messages, describe, sharegpt_tags
+from thub.data.kinds import detect_format, format_names
 from thub.data.loading import LoadedSource, load_dataset_rows, load_source, load_sources
 from thub.data.mixing import STRATEGIES, mix, mix_loaded
 from thub.data.prepare import PrepareResult, load_tokenizer, prepare
@@ -25,8 +29,8 @@ from thub.data.tokenize import TokenizeStats, tokenize_chat, tokenize_documents
 from thub.data.training import TrainingData, training_rows, training_sources, validate_training_data
 
 __all__ = [
-    "FORMATS", "STRATEGIES", "DatasetSource", "LoadedSource", "PrepareResult", "Problems", "TokenizeStats",
-    "TrainingData", "detect_format", "load_dataset_rows", "load_source", "load_sources", "load_tokenizer", "mix",
-    "mix_loaded", "prepare", "tokenize_chat", "tokenize_documents", "training_rows", "training_sources",
-    "validate_training_data",
+    "STRATEGIES", "DatasetSource", "LoadedSource", "PrepareResult", "Problems", "RowCheck", "TokenizeStats",
+    "TrainingData", "check_messages", "describe", "detect_format", "format_names", "load_dataset_rows",
+    "load_source", "load_sources", "load_tokenizer", "mix", "mix_loaded", "prepare", "sharegpt_tags",
+    "tokenize_chat", "tokenize_documents", "training_rows", "training_sources", "validate_training_data",
 ]

@@ -90,38 +90,25 @@ def processed_samples(rows: Sequence[Mapping[str, Any]], max_seq_len: int | None
 def expected_counts(params: Mapping[str, Any], rows: Sequence[dict[str, Any]], locations: Sequence[str],
                     kind: str, tokenizer: Any) -> dict[str, Any] | None:
     """Per example: the row it comes from, its tokens, trained tokens and mask hash, as thub
-    trains ``rows``; None for data thub does not tokenize itself (documents outside pretraining).
+    trains ``rows``, from the data kind's ``expected`` function; None for data thub does not
+    tokenize itself (that function's None, e.g. documents outside pretraining).
 
-    GRPO prompts have no mask: only the number of examples is expected.
+    A kind without an ``expected`` function (GRPO prompts: no mask) expects only the number of
+    examples.
     """
-    if kind == "grpo":
+    from thub.data.kinds import kind_spec, loaded
+
+    spec = kind_spec(kind)
+    if spec.expected is None:
         return {"examples": len(rows), "per_example": None}
-    origin: list[int] = []
-    samples: list[tuple[list[int], list[int]]]
-    if kind == "chat":
-        from thub.data.tokenize import encode_chat, expand_labels
-
-        encoded, _stats = encode_chat(rows, tokenizer, params.get("max_seq_len"),
-                                      unmask=bool(params.get("unmask_messages")),
-                                      overlong=str(params.get("overlong") or "truncate"), locations=locations,
-                                      origin=origin)
-        samples = [(ids, expand_labels(ids, ranges)) for ids, ranges in encoded]
-    elif kind == "document" and params.get("is_pretraining"):
-        from thub.data.blocks import pretraining_blocks
-
-        blocks = pretraining_blocks(rows, tokenizer, int(params["block_size"]))
-        samples = [(b["input_ids"], b["labels"]) for b in blocks]
-        origin = [-1] * len(samples)  # a block joins documents: no one row
-    elif kind == "processed":
-        built, origin = processed_samples(rows, params.get("max_seq_len"), str(params.get("overlong") or "truncate"),
-                                          locations)
-        samples = [(s["input_ids"], s["labels"]) for s in built]
-    else:
+    built = loaded(spec.expected)(params, rows, locations, tokenizer)
+    if built is None:
         return None
+    samples, origin = built
     trained = [trained_count(labels) for _ids, labels in samples]
     tokens = [len(ids) for ids, _labels in samples]
     return {"examples": len(samples), "tokens": sum(tokens), "trained_tokens": sum(trained),
-            "per_example": {"rows": origin, "tokens": tokens, "trained": trained,
+            "per_example": {"rows": list(origin), "tokens": tokens, "trained": trained,
                             "hashes": [mask_hash(labels) for _ids, labels in samples]}}
 
 
@@ -137,7 +124,9 @@ def save_expected(params: Mapping[str, Any], data: Any, directory: str | Path) -
     kept = load_expected(directory, key)
     if kept is not None:
         return kept
-    if data.kind == "grpo":
+    from thub.data.kinds import kind_spec
+
+    if kind_spec(data.kind).expected is None:  # examples only: no tokenizer needed
         counts = expected_counts(params, data.rows, data.locations, data.kind, None)
     else:
         from thub.data.prepare import load_tokenizer

@@ -1,30 +1,30 @@
-"""Data formats: detection, validation and normalisation to thub's canonical rows.
+"""The pieces every data format is built from: per-dataset settings, row checks, message lists.
 
-Canonical rows (what every backend gets, whatever the user's file looked like):
+Which data kinds and formats exist is not decided here: plugins register them
+(``thub_register_data_kinds``, :class:`thub.specs.DataKindSpec`; thub's own in
+``thub_builtins.data_kinds``) and :mod:`thub.data.kinds` dispatches to them. This module holds
+what their validators share, so that every format reports problems alike:
 
-* chat (``messages``, ``sharegpt``, ``alpaca``, tool traces):
-  ``{"messages": [{"role", "content", "tool_calls"?, "name"?, "reasoning_content"?}, ...], "unmask"?: bool}``
-  with roles ``system|user|assistant|tool``;
-* ``document``: ``{"document": str}``;
-* ``grpo``: ``{"prompt": [messages...], "ground_truth": str}``;
-* ``processed``: rows with ``input_ids`` and ``labels`` (equal-length int lists), passed through.
+* :class:`DatasetSource`: one dataset of a run with its own settings (format, tags, columns);
+* :class:`RowCheck`: one row's location and problems; ``check.error(field, expected, found)``
+  records ``file:line: field: expected X, found Y``;
+* :func:`check_messages`: validate and normalise a message list (roles ``system|user|assistant|tool``,
+  OpenAI content parts, tool calls, ShareGPT tags) - for any kind whose rows hold conversations;
+* :func:`describe`: a found value, short, for those messages.
 
-Validation is strict on purpose: each rule below is a way real fine-tunes were silently ruined
+Validation is strict on purpose: each rule is a way real fine-tunes were silently ruined
 (wrong ShareGPT tags giving zero assistant turns, trailing user turns, empty turns, files mixing
-two schemas). Every problem is reported as ``file:line: field: expected X, found Y``.
+two schemas).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from thub.data.problems import Problems
 
-FORMATS = ("messages", "sharegpt", "alpaca", "document", "grpo", "processed")
-CHAT_FORMATS = ("messages", "sharegpt", "alpaca")
 ROLES = ("system", "user", "assistant", "tool")
 
 #: Default ShareGPT role names (LLaMA-Factory/axolotl conventions, plus OpenAI names).
@@ -33,8 +33,8 @@ SHAREGPT_ROLES: dict[str, str] = {
     "system": "system", "observation": "tool", "tool": "tool", "function": "tool",
     "function_call": "assistant",
 }
-# Legacy OpenAI names accepted in the messages format too.
-_MESSAGE_ROLE_ALIASES = {"function": "tool"}
+#: Legacy OpenAI role names accepted in OpenAI-style message lists too.
+MESSAGE_ROLE_ALIASES: dict[str, str] = {"function": "tool"}
 
 
 @dataclass
@@ -51,7 +51,7 @@ class DatasetSource:
     role_tag: str | None = None  # ShareGPT: key holding the speaker ("from")
     content_tag: str | None = None  # ShareGPT: key holding the text ("value")
     role_map: dict[str, str] = field(default_factory=dict)  # extra speaker names -> canonical roles
-    document_column: str = "document"
+    document_column: str | None = None  # a document format's text column; None: the format's default
     probability: float | None = None  # interleave weight, when given per source
     name: str | None = None
 
@@ -102,28 +102,6 @@ class DatasetSource:
         return self.name or self.path
 
 
-def detect_format(row: dict[str, Any]) -> str:
-    """The format of one row: one of :data:`FORMATS`, or ``"unknown"`` when no rule matches.
-
-    Order matters: a row with ``messages`` *and* ``ground_truth`` is a GRPO prompt, not a chat.
-    """
-    if not isinstance(row, dict):
-        return "unknown"
-    if "input_ids" in row:
-        return "processed"
-    if ("ground_truth" in row or "answer" in row) and ("prompt" in row or "question" in row or "messages" in row):
-        return "grpo"
-    if "messages" in row:
-        return "messages"
-    if "conversations" in row:
-        return "sharegpt"
-    if "instruction" in row and "output" in row:
-        return "alpaca"
-    if "document" in row or "text" in row:
-        return "document"
-    return "unknown"
-
-
 def describe(value: Any) -> str:
     """A short rendering of a found value for messages (type and a clipped repr)."""
     if value is None:
@@ -141,8 +119,13 @@ def describe(value: Any) -> str:
     return type(value).__name__
 
 
-class _Ctx:
-    """Location + problems for one row, so validators stay short."""
+class RowCheck:
+    """One row's location and problems, handed to a format's normaliser so validators stay short.
+
+    ``error(field, expected, found)`` records ``location: field: expected X, found Y`` (``kind``:
+    the category similar problems are counted under; default: the field's name) and marks the
+    row invalid (``ok`` False): the normaliser's row is then left out.
+    """
 
     __slots__ = ("location", "problems", "ok")
 
@@ -150,8 +133,12 @@ class _Ctx:
         self.location, self.problems, self.ok = location, problems, True
 
     def error(self, field_name: str, expected: str, found: str, kind: str = "") -> None:
+        """Record one problem of this row (``field_name`` as the user's file spells it)."""
         self.ok = False
         self.problems.error(self.location, field_name, f"expected {expected}, found {found}", kind)
+
+
+_Ctx = RowCheck  # the validators' short name
 
 
 def _text(value: Any, ctx: _Ctx, where: str) -> str | None:
@@ -203,9 +190,15 @@ def _tool_calls(value: Any, ctx: _Ctx, where: str) -> list[dict[str, Any]] | Non
 
 def check_messages(messages: Any, ctx: _Ctx, where: str, *, role_tag: str = "role", content_tag: str = "content",
                    role_map: dict[str, str] | None = None, prompt_only: bool = False) -> list[dict[str, Any]] | None:
-    """Validate and normalise a message list; ``prompt_only`` for GRPO prompts (no answer turn)."""
+    """Validate and normalise a message list to ``[{"role", "content", "tool_calls"?, "name"?,
+    "reasoning_content"?}, ...]``, or record the first problem on ``ctx`` and return None.
+
+    ``where`` is the field's name in the row; ``role_tag``/``content_tag``/``role_map`` read
+    ShareGPT-style lists. A list must hold an assistant turn and end with one (something to
+    train on), or with ``prompt_only`` end with a user or tool turn (a prompt the model answers).
+    """
     if not isinstance(messages, list) or not messages:
-        ctx.error(where, "a non-empty list of messages", describe(messages), "messages")
+        ctx.error(where, "a non-empty list of messages", describe(messages))
         return None
     out: list[dict[str, Any]] = []
     roles = role_map or {}
@@ -222,7 +215,7 @@ def check_messages(messages: Any, ctx: _Ctx, where: str, *, role_tag: str = "rol
                     continue
         at = f"{where}[{i}]"
         if not isinstance(message, dict):
-            ctx.error(at, "an object", describe(message), "messages")
+            ctx.error(at, "an object", describe(message))
             return None
         if role_tag not in message:
             hint = ""
@@ -287,29 +280,6 @@ def check_messages(messages: Any, ctx: _Ctx, where: str, *, role_tag: str = "rol
     return out
 
 
-def _unmask(row: dict[str, Any], out: dict[str, Any], ctx: _Ctx) -> None:
-    if "unmask" in row and row["unmask"] is not None:
-        if not isinstance(row["unmask"], bool):
-            ctx.error("unmask", "true or false", describe(row["unmask"]), "unmask")
-        else:
-            out["unmask"] = row["unmask"]
-
-
-def _norm_messages(row: dict[str, Any], ctx: _Ctx, source: DatasetSource) -> dict[str, Any] | None:
-    key = source.messages_key or "messages"
-    if key not in row:
-        ctx.error(key, f"a {key!r} list", describe(row), "messages")
-        return None
-    role_map = {**_MESSAGE_ROLE_ALIASES, **source.role_map}
-    messages = check_messages(row[key], ctx, key, role_tag=source.role_tag or "role",
-                              content_tag=source.content_tag or "content", role_map=role_map)
-    if messages is None:
-        return None
-    out: dict[str, Any] = {"messages": messages}
-    _unmask(row, out, ctx)
-    return out
-
-
 def sharegpt_tags(row: dict[str, Any], source: DatasetSource) -> tuple[str, str, str]:
     """(messages_key, role_tag, content_tag) for a ShareGPT row: explicit settings, else detected."""
     key = source.messages_key or "conversations"
@@ -318,117 +288,3 @@ def sharegpt_tags(row: dict[str, Any], source: DatasetSource) -> tuple[str, str,
     role_tag = source.role_tag or ("role" if "role" in first and "from" not in first else "from")
     content_tag = source.content_tag or ("content" if "content" in first and "value" not in first else "value")
     return key, role_tag, content_tag
-
-
-def _norm_sharegpt(row: dict[str, Any], ctx: _Ctx, source: DatasetSource) -> dict[str, Any] | None:
-    key, role_tag, content_tag = sharegpt_tags(row, source)
-    if key not in row:
-        ctx.error(key, f"a {key!r} list (set messages_key for this dataset)", describe(row), "messages")
-        return None
-    messages = check_messages(row[key], ctx, key, role_tag=role_tag, content_tag=content_tag,
-                              role_map={**SHAREGPT_ROLES, **source.role_map})
-    if messages is None:
-        return None
-    if isinstance(row.get("system"), str) and row["system"].strip() and messages[0]["role"] != "system":
-        messages.insert(0, {"role": "system", "content": row["system"]})
-    out: dict[str, Any] = {"messages": messages}
-    _unmask(row, out, ctx)
-    return out
-
-
-def _norm_alpaca(row: dict[str, Any], ctx: _Ctx, source: DatasetSource) -> dict[str, Any] | None:
-    for key in ("instruction", "output"):
-        if not isinstance(row.get(key), str) or not row[key].strip():
-            ctx.error(key, "non-empty text", describe(row.get(key)), "empty" if isinstance(row.get(key), str) else key)
-            return None
-    extra = row.get("input")
-    if extra is not None and not isinstance(extra, str):
-        ctx.error("input", "text or null", describe(extra), "input")
-        return None
-    user = row["instruction"] + ("\n\n" + extra if extra and extra.strip() else "")
-    messages = [{"role": "user", "content": user}, {"role": "assistant", "content": row["output"]}]
-    if isinstance(row.get("system"), str) and row["system"].strip():
-        messages.insert(0, {"role": "system", "content": row["system"]})
-    out: dict[str, Any] = {"messages": messages}
-    _unmask(row, out, ctx)
-    return out
-
-
-def _norm_document(row: dict[str, Any], ctx: _Ctx, source: DatasetSource) -> dict[str, Any] | None:
-    column = source.document_column
-    if column not in row and column == "document" and "text" in row:
-        column = "text"  # the usual pretraining column name
-    value = row.get(column)
-    if not isinstance(value, str) or not value.strip():
-        ctx.error(column, "non-empty text", describe(value) if column in row else "no such field",
-                  "empty" if isinstance(value, str) else column)
-        return None
-    return {"document": value}
-
-
-def _norm_grpo(row: dict[str, Any], ctx: _Ctx, source: DatasetSource) -> dict[str, Any] | None:
-    key = next((k for k in ("prompt", "question", "messages") if k in row), None)
-    if key is None:
-        ctx.error("prompt", "a prompt under 'prompt', 'question' or 'messages'", describe(row), "prompt")
-        return None
-    value = row[key]
-    if isinstance(value, str):
-        if not value.strip():
-            ctx.error(key, "non-empty text", "empty string", "empty")
-            return None
-        prompt: list[dict[str, Any]] = [{"role": "user", "content": value}]
-        if isinstance(row.get("system"), str) and row["system"].strip():
-            prompt.insert(0, {"role": "system", "content": row["system"]})
-    else:
-        checked = check_messages(value, ctx, key, role_map=_MESSAGE_ROLE_ALIASES, prompt_only=True)
-        if checked is None:
-            return None
-        prompt = checked
-    truth_key = "ground_truth" if "ground_truth" in row else "answer"
-    truth = row.get(truth_key)
-    if isinstance(truth, bool) or not isinstance(truth, (str, int, float)) or not str(truth).strip():
-        ctx.error(truth_key, "a non-empty reference answer (text or number)", describe(truth), "ground_truth")
-        return None
-    return {"prompt": prompt, "ground_truth": str(truth)}
-
-
-def _norm_processed(row: dict[str, Any], ctx: _Ctx, source: DatasetSource) -> dict[str, Any] | None:
-    ids: Any = row.get("input_ids")  # JSON values until checked below
-    labels: Any = row.get("labels")
-    for key, value in (("input_ids", ids), ("labels", labels)):
-        if not isinstance(value, list) or not value or not all(type(x) is int for x in value):
-            ctx.error(key, "a non-empty list of integers", describe(value) if key in row else "no such field", key)
-            return None
-    if len(ids) != len(labels):
-        ctx.error("labels", f"{len(ids)} labels (one per input id)", f"{len(labels)}", "labels")
-        return None
-    if all(x == -100 for x in labels):
-        ctx.error("labels", "at least one trained label (not -100)", "all -100", "labels")
-        return None
-    return row
-
-
-NORMALISERS: dict[str, Callable[[dict[str, Any], _Ctx, DatasetSource], dict[str, Any] | None]] = {
-    "messages": _norm_messages,
-    "sharegpt": _norm_sharegpt,
-    "alpaca": _norm_alpaca,
-    "document": _norm_document,
-    "grpo": _norm_grpo,
-    "processed": _norm_processed,
-}
-
-
-def kind_of(fmt: str) -> str:
-    """The canonical kind a format yields: ``chat``, ``document``, ``grpo`` or ``processed``."""
-    return "chat" if fmt in CHAT_FORMATS else fmt
-
-
-def normalize_row(row: Any, fmt: str, location: str, problems: Problems,
-                  source: DatasetSource) -> dict[str, Any] | None:
-    """Validate one row in format ``fmt``; the canonical row, or ``None`` (problem recorded)."""
-    ctx = _Ctx(location, problems)
-    if not isinstance(row, dict):
-        ctx.error("", "a JSON object per row", describe(row), "row")
-        return None
-    out = NORMALISERS[fmt](row, ctx, source)
-    return out if ctx.ok else None

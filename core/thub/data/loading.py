@@ -1,5 +1,7 @@
 """Loading a dataset file: read, detect the format, validate every row, normalise.
 
+The formats are those plugins registered (:mod:`thub.data.kinds`); this module names none.
+
 No tokenizer and no heavy import here: this is what ``thub data check`` and the pre-flight
 check of ``thub train`` run, and it has to take seconds on 100k rows.
 """
@@ -10,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from thub.data.formats import FORMATS, DatasetSource, detect_format, kind_of, normalize_row
+from thub.data.formats import DatasetSource
+from thub.data.kinds import formats
 from thub.data.problems import Problems, no_gc
 from thub.data.readers import iter_records
 from thub.errors import UsageError
@@ -21,7 +24,7 @@ class LoadedSource:
     """A validated dataset: canonical rows, where each came from, and what was found."""
 
     source: DatasetSource
-    format: str
+    format: str  # a registered format's name; "auto" when no row of a known format was found
     rows: list[dict[str, Any]] = field(default_factory=list)
     locations: list[str] = field(default_factory=list)
     records: int = 0  # rows read (valid or not)
@@ -29,8 +32,8 @@ class LoadedSource:
 
     @property
     def kind(self) -> str:
-        """``chat``, ``document``, ``grpo`` or ``processed``."""
-        return kind_of(self.format)
+        """The data kind of the rows (a registered :class:`thub.specs.DataKindSpec` name; "" when none was found)."""
+        return formats().kind_of(self.format)
 
 
 def load_source(source: DatasetSource, problems: Problems | None = None) -> LoadedSource:
@@ -47,30 +50,32 @@ def load_source(source: DatasetSource, problems: Problems | None = None) -> Load
 def _load_source(source: DatasetSource, problems: Problems | None) -> LoadedSource:
     own = problems is None
     problems = problems if problems is not None else Problems()
+    known = formats()
     fmt = source.format
-    if fmt != "auto" and fmt not in FORMATS:
-        raise UsageError(f"{source.path}: format: expected auto or one of {', '.join(FORMATS)}, found {fmt!r}")
+    if fmt != "auto":
+        try:
+            known.get(fmt)
+        except UsageError as exc:
+            raise UsageError(f"{source.path}: {exc}") from None
     loaded = LoadedSource(source=source, format=fmt)
     first_at = ""
     for location, record in iter_records(source.path, problems):
         loaded.records += 1
         if fmt == "auto":
-            found = detect_format(record)
-            if found == "unknown":
+            found = known.detect(record)
+            if found is None:
                 keys = ", ".join(list(record)[:8]) if isinstance(record, dict) else type(record).__name__
-                problems.error(location, "", "expected a row of a known format (messages, conversations, "
-                               "instruction/output, document/text, prompt+ground_truth, input_ids), found keys "
-                               f"{keys or '(none)'}", kind="format")
+                problems.error(location, "", f"{known.unknown_row()}, found keys {keys or '(none)'}", kind="format")
                 continue
             fmt, first_at = found, location
             loaded.format = fmt
         elif source.format == "auto":
-            found = detect_format(record)
-            if found not in (fmt, "unknown"):
+            found = known.detect(record)
+            if found is not None and found != fmt:
                 problems.error(location, "", f"expected a {fmt!r} row like {first_at}, found a {found!r} row "
                                "(mixed schemas in one file)", kind="mixed")
                 continue
-        row = normalize_row(record, fmt, location, problems, source)
+        row = known.normalise(record, fmt, location, problems, source)
         if row is not None:
             loaded.rows.append(row)
             loaded.locations.append(location)
@@ -78,21 +83,19 @@ def _load_source(source: DatasetSource, problems: Problems | None) -> LoadedSour
                 loaded.roles[message["role"]] += 1
     if loaded.records == 0 and not problems:
         problems.error(f"{source.path}:1", "", "expected at least one row, found an empty file", kind="empty_file")
-    if loaded.format == "auto":
-        loaded.format = "messages"  # nothing valid was found; errors already say why
     if own:
         problems.raise_if_errors()
     return loaded
 
 
-def load_dataset_rows(path: str, data_format: str = "auto", *, document_column: str = "document") -> list[dict]:
+def load_dataset_rows(path: str, data_format: str = "auto", *, document_column: str | None = None) -> list[dict]:
     """Read a JSONL/JSON/Parquet file or a saved HF dataset directory and return canonical rows.
 
     ``data_format`` is ``auto`` (detected from the first row; a file mixing schemas is an error)
-    or one of ``messages``, ``sharegpt``, ``alpaca``, ``document``, ``grpo``, ``processed``.
-    Rows come back normalised (see :mod:`thub.data.formats`): chat formats and tool traces as
+    or a registered format (``thub data check --help`` lists them). Rows come back normalised to
+    their kind's canonical rows (docs/data.md; thub's own kinds: chat formats and tool traces as
     ``{"messages": [...], "unmask"?}``, documents as ``{"document"}``, GRPO rows as
-    ``{"prompt", "ground_truth"}``, processed rows passed through.
+    ``{"prompt", "ground_truth"}``, processed rows passed through).
 
     Raises :class:`thub.errors.UsageError` (exit code 2) listing ``file:line: field: expected X,
     found Y`` for the first few bad rows plus a count of the rest.

@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from thub.data.formats import DatasetSource
+from thub.data.kinds import kind_spec, loaded
 from thub.data.loading import load_sources
 from thub.data.mixing import mix_loaded
-from thub.data.tokenize import IGNORE, Sample, TokenizeStats, encode_chat, tokenize_documents
+from thub.data.tokenize import IGNORE, Sample, TokenizeStats
 from thub.data.training import TrainingData
 from thub.errors import UsageError
 from thub.fileio import hash_contents
 
 CACHE_VERSION = 1
-CHUNK = 8192  # rows tokenized and written at a time: bounds memory on big datasets
 
 
 @dataclass
@@ -96,35 +96,16 @@ def _sidecar(output: Path) -> Path:
 def _tokenize(rows: Sequence[dict[str, Any]], kind: str, tokenizer: Any, settings: dict[str, Any],
               locations: Sequence[str], template: Any, sink: Any = None,
               ) -> tuple[list[Sample | dict[str, list[int]]], TokenizeStats]:
-    """Samples of one chunk: ``(ids, trained ranges)`` (chat, documents) or dicts (processed rows)."""
-    # overlong="error" runs as "drop" per chunk so the final error counts every offender.
+    """Samples of one shard, by the data kind's ``tokenize``: ``(ids, trained ranges)`` pairs or
+    ``{"input_ids", "labels"}`` dicts; samples already handed to ``sink`` are not returned."""
+    # overlong="error" runs as "drop" per shard so the final error counts every offender.
     overlong = "drop" if settings["overlong"] == "error" else settings["overlong"]
-    if kind == "chat":
-        return encode_chat(rows, tokenizer, settings["max_seq_len"], unmask=settings["unmask"],  # type: ignore[return-value]
-                           overlong=overlong, locations=locations, template=template, sink=sink)
-    if kind == "document":
-        docs, stats = tokenize_documents(rows, tokenizer, settings["max_seq_len"], overlong=overlong,
-                                         locations=locations)
-        return [(sample["input_ids"], None) for sample in docs], stats  # every token trained
-    stats = TokenizeStats(samples_in=len(rows))  # processed: pass through, apply the length policy
-    out: list[Sample | dict[str, list[int]]] = []
-    limit = settings["max_seq_len"]
-    for row, where in zip(rows, locations, strict=True):
-        ids, labels = row["input_ids"], row["labels"]
-        if limit is not None and len(ids) > limit:
-            if overlong == "drop":
-                stats.dropped_overlong += 1
-                stats.note("dropped_overlong", where)
-                continue
-            ids, labels = ids[:limit], labels[:limit]
-            stats.truncated += 1
-            stats.note("truncated", where)
-        stats.samples_out += 1
-        stats.tokens += len(ids)
-        stats.trained_tokens += len(labels) - labels.count(IGNORE)
-        stats.lengths.append(len(ids))
-        out.append({"input_ids": ids, "labels": labels})
-    return out, stats
+    spec = kind_spec(kind)
+    if spec.tokenize is None:
+        raise UsageError(f"data: {kind} rows ({spec.summary}) are not tokenized ahead of training")
+    shard_settings = {"max_seq_len": settings["max_seq_len"], "overlong": overlong, "unmask": settings["unmask"]}
+    samples, stats = loaded(spec.tokenize)(rows, tokenizer, shard_settings, locations, template, sink)
+    return samples, stats
 
 
 def _masked(count: int) -> str:
@@ -174,19 +155,13 @@ def _run_shard(index: int, start: int, stop: int, part: str) -> TokenizeStats:
     rows, locations = _SHARED["rows"], _SHARED["locations"]
     tokenizer, kind, settings = _SHARED["tokenizer"], _SHARED["kind"], _SHARED["settings"]
     template = _SHARED["template"]
-    total = TokenizeStats()
-    # Chat samples go to the file batch by batch while the next batch encodes, so memory stays
-    # bounded in one pass over the shard (no pipeline drain and restart every CHUNK rows); the
-    # other kinds are tokenized CHUNK rows at a time.
-    chunk = stop - start if kind == "chat" else CHUNK
+    # The kind's tokenize gets the whole shard and streams samples to the file batch by batch
+    # (memory stays bounded in one pass, no pipeline drain and restart every few thousand rows).
     with open(part, "w", encoding="utf-8") as handle:
-        for lo in range(start, stop, max(chunk, 1)):
-            hi = min(stop, lo + chunk)
-            samples, stats = _tokenize(rows[lo:hi], kind, tokenizer, settings, locations[lo:hi], template,
-                                       sink=lambda batch: _write_jsonl(handle, batch))
-            _write_jsonl(handle, samples)
-            total.merge(stats)
-    return total
+        samples, stats = _tokenize(rows[start:stop], kind, tokenizer, settings, locations[start:stop], template,
+                                   sink=lambda batch: _write_jsonl(handle, batch))
+        _write_jsonl(handle, samples)
+    return stats
 
 
 def _byte_table_before_fork(tokenizer: Any) -> None:
@@ -200,7 +175,7 @@ def _byte_table_before_fork(tokenizer: Any) -> None:
 
 
 def _template_for(kind: str, tokenizer: Any) -> Any:
-    if kind != "chat":
+    if not kind_spec(kind).chat_template:
         return None
     from thub.data.templates import ChatTemplate
 
@@ -228,9 +203,10 @@ def prepare(sources: Sequence[DatasetSource], tokenizer: Any, output: str | os.P
         loaded = load_sources(list(sources))
         validated = TrainingData(*mix_loaded(loaded, strategy, probabilities, seed), loaded[0].kind, "")
     kind = validated.kind
-    if kind == "grpo":
-        raise UsageError("data: GRPO prompts are not tokenized ahead of training; backends read them as they are "
-                         "(use `thub data check` to validate them)")
+    spec = kind_spec(kind)
+    if spec.tokenize is None:
+        raise UsageError(f"data: {kind} rows ({spec.summary}) are not tokenized ahead of training; backends read "
+                         "them as they are (use `thub data check` to validate them)")
     rows, locations = validated.rows, validated.locations
     if isinstance(tokenizer, str):
         tokenizer = load_tokenizer(tokenizer)
@@ -275,7 +251,7 @@ def _prepare_into(tmp: Path, parts: list[str], rows: list[dict[str, Any]], locat
     try:
         n = len(rows)
         workers = max(1, min(num_proc, n // 256 or 1))
-        if workers > 1 and kind == "chat":
+        if workers > 1 and kind_spec(kind).chat_template:  # rendered text: tokens located by byte offsets
             _byte_table_before_fork(tokenizer)
         if workers == 1 or sys.platform == "win32" or "fork" not in _mp_methods():
             parts.append(str(tmp))  # one shard: written straight into the output's temporary file

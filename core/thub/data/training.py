@@ -23,12 +23,15 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thub.data.formats import DatasetSource
 from thub.data.loading import load_sources
 from thub.data.mixing import mix_loaded
 from thub.data.problems import no_gc
+
+if TYPE_CHECKING:
+    from thub.specs import AlgorithmSpec
 
 #: the run directory's folder holding the validated rows (``rows.json`` + ``rows.thub.json``)
 DATA_DIR = "thub_data"
@@ -43,10 +46,10 @@ class TrainingData:
     """Validated, normalised and mixed rows, with where each came from.
 
     Attributes:
-        rows: canonical rows (see :mod:`thub.data.formats`): ``{"messages", "unmask"?}``,
-            ``{"document"}``, ``{"prompt", "ground_truth"}`` or ``{"input_ids", "labels"}``.
+        rows: canonical rows of their data kind (docs/data.md; thub's own: ``{"messages",
+            "unmask"?}``, ``{"document"}``, ``{"prompt", "ground_truth"}`` or ``{"input_ids", "labels"}``).
         locations: ``file:line`` of each row, for messages that name the row.
-        kind: ``chat``, ``document``, ``grpo`` or ``processed`` (one kind per run).
+        kind: the rows' data kind (a registered ``DataKindSpec`` name; one kind per run).
         key: the data settings and files these rows were read from (see :func:`data_key`).
     """
 
@@ -61,7 +64,7 @@ class TrainingData:
 def training_sources(params: Mapping[str, Any]) -> list[DatasetSource]:
     """``data_path`` (first, if set) and every entry of ``datasets`` as sources."""
     default_format = params.get("data_format") or "auto"
-    document_column = params.get("document_column_name") or "document"
+    document_column = params.get("document_column_name")  # None: the document format's default
     sources = []
     if params.get("data_path"):
         sources.append(DatasetSource.from_dict({"path": params["data_path"], "format": default_format,
@@ -80,25 +83,35 @@ def mix_settings(params: Mapping[str, Any]) -> dict[str, Any]:
             "seed": int(params.get("seed", 42))}
 
 
-def validate_training_data(params: Mapping[str, Any]) -> TrainingData:
+def validate_training_data(params: Mapping[str, Any], algorithm: AlgorithmSpec | None = None) -> TrainingData:
     """Read, validate, normalise and mix the run's data (no tokenizer, no heavy import).
 
-    Bad data raises :class:`thub.errors.UsageError` naming every file and line at once.
+    Bad data raises :class:`thub.errors.UsageError` naming every file and line at once. With
+    ``algorithm``, the data gate too: rows of a kind it does not train on (``AlgorithmSpec.data_kinds``)
+    are refused, naming the first row (``sft expects chat, ... rows; `x.jsonl:1` is a grpo row``).
     """
     files = source_hashes(params)  # before reading: a file changed while it is read gets another key
     loaded = load_sources(training_sources(params))
+    if algorithm is not None:
+        from thub.data.kinds import check_kind
+
+        first = next((item for item in loaded if item.locations), loaded[0])
+        where = first.locations[0] if first.locations else f"{first.source.path}:1"
+        check_kind(algorithm, first.kind, first.format, where)
     mixing = mix_settings(params)
     rows, locations = mix_loaded(loaded, mixing["strategy"], mixing["probabilities"], mixing["seed"])
     return TrainingData(rows, locations, loaded[0].kind, data_key(params, files), files)
 
 
-def training_rows(params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Validated, normalised and mixed rows with their ``file:line`` locations.
+def training_rows(params: Mapping[str, Any], algorithm: AlgorithmSpec | None = None
+                  ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Validated, normalised and mixed rows with their ``file:line`` locations (with
+    ``algorithm``: and the data gate, :func:`validate_training_data`).
 
     What ``thub data check`` and the dry run use; a backend reads its data through the run
     context instead (``context.rows()``), which reuses the parent's validation.
     """
-    data = validate_training_data(params)
+    data = validate_training_data(params, algorithm)
     return data.rows, data.locations
 
 

@@ -95,7 +95,7 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
     from thub.runner.rundir import RunDirectory, write_json_atomic
     from thub.runner.supervisor import prepared_run
 
-    data = validate_training_data(resolved.values())  # seconds, here, rather than after the queue wait
+    data = validate_training_data(resolved.values(), resolved.algorithm)  # seconds here, not after the queue wait
     run_dir = RunDirectory(request.run_dir)
     # the same lock, preparation and record as a local run; the lock is released once submitted:
     # the job takes it (thub.launch.worker waits for it)

@@ -115,7 +115,7 @@ def _validate_data(resolved: ResolvedConfig) -> TrainingData:
     kept in the run directory (:func:`_keep_data`) for the child's ``context.rows()``."""
     from thub.data.training import validate_training_data
 
-    return validate_training_data(resolved.values())
+    return validate_training_data(resolved.values(), resolved.algorithm)  # the data gate too
 
 
 def _keep_data(data: TrainingData, run_dir: RunDirectory, params: dict[str, Any]) -> None:
