@@ -54,7 +54,8 @@ class Formats:
         if not isinstance(row, dict):
             return None
         if self._detectors is None:
-            self._detectors = [(fmt.name, loaded(fmt.detect)) for fmt, _kind in self.order]
+            self._detectors = [(fmt.name, detect) for fmt, kind in self.order
+                               if (detect := _detector(fmt, kind)) is not None]
         for name, detect in self._detectors:
             if detect(row):
                 return name
@@ -80,6 +81,19 @@ class Formats:
         normaliser: Normaliser = loaded(self.by_name[name][0].normalise)
         out = normaliser(row, check, source)
         return out if check.ok else None
+
+
+def _detector(fmt: DataFormatSpec, kind: DataKindSpec) -> Callable[[dict[str, Any]], bool] | None:
+    """A format's detector, or None (said once) when its plugin's import string does not import:
+    one broken plugin must not stop every other format from being recognised."""
+    import sys
+
+    try:
+        return loaded(fmt.detect)  # type: ignore[no-any-return]
+    except Exception as exc:  # noqa: BLE001 - any import-time failure of a plugin's module
+        print(f"thub: data format {fmt.name!r} of {kind.provenance.describe()} is left out: {fmt.detect} does not "
+              f"import ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
 
 
 _current: Formats | None = None
