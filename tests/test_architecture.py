@@ -101,3 +101,65 @@ def test_the_package_all_lists_every_lazy_name() -> None:
     assert set(thub.__all__) == lazy | {"__version__"}
     for name in thub.__all__:
         assert getattr(thub, name) is not None, name
+
+
+# --- core names no data kind or format (issue 26 item 1) -------------------------------------
+# Every data kind and format, thub's own included, is registered by a plugin
+# (thub_register_data_kinds, thub_builtins.data_kinds); the core dispatches through the
+# DataKindSpec. Scanned: what reads, checks, tokenizes and previews data, and the parameter and
+# model checks that take a format.
+DATA_CORE = ("data", "cli/data.py", "config/model_path.py", "params.py", "manager.py", "specs.py", "hookspecs.py")
+#: Canonical row fields that are spelled like a kind or format: the data SDK (tokenize_chat,
+#: pretraining_blocks, check_messages' settings) reads rows by these fields, whatever kind holds
+#: them. Allowed only where a field is read or written (row["messages"], row.get("document"),
+#: "messages" in row, {"messages": ...}), never where a kind is decided (kind == "chat").
+ROW_FIELDS = frozenset({"messages", "document"})
+
+
+def data_names_in(source: str, names: frozenset[str]) -> list[tuple[int, str]]:
+    """(line, name) of every string constant in ``source`` equal to one of ``names``, except a
+    :data:`ROW_FIELDS` name read or written as a field."""
+    tree = ast.parse(source)
+    fields: set[int] = set()  # ids of constants in field positions
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            fields.add(id(node.slice))
+        elif isinstance(node, ast.Compare) and all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            fields.add(id(node.left))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop") \
+                and node.args:
+            fields.add(id(node.args[0]))
+        elif isinstance(node, ast.Dict):
+            fields.update(id(key) for key in node.keys if key is not None)
+    return sorted((node.lineno, node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+                  and not (node.value in ROW_FIELDS and id(node) in fields))
+
+
+def _registered_data_names() -> frozenset[str]:
+    from thub.manager import load_registry
+
+    registry = load_registry(entry_points=False)  # the built-in plugins: thub's own kinds
+    names = {*registry.data_kinds, *(fmt.name for fmt, _kind in registry.data_formats())}
+    assert {"chat", "document", "grpo", "processed", "messages", "sharegpt", "alpaca"} <= names
+    return frozenset(names)
+
+
+def test_the_core_names_no_data_kind_or_format() -> None:
+    names = _registered_data_names()
+    found = [f"{path.relative_to(CORE.parent)}:{line}: {name!r}"
+             for part in DATA_CORE
+             for path in (sorted((CORE / part).rglob("*.py")) if (CORE / part).is_dir() else [CORE / part])
+             for line, name in data_names_in(path.read_text(encoding="utf-8"), names)]
+    assert not found, "the core names data kinds/formats (register them in a plugin instead):\n" + "\n".join(found)
+
+
+def test_the_data_name_scan_finds_kind_decisions() -> None:
+    names = frozenset({"chat", "messages", "grpo"})
+    source = ("def f(kind, row, fmt):\n"
+              "    if kind == 'chat':\n"  # a decision on a kind
+              "        return row['messages']\n"  # a field: allowed
+              "    if fmt in ('messages', 'x'):\n"  # a format list
+              "        return row.get('messages') or {'messages': []}\n"  # fields: allowed
+              "    return FORMATS['grpo']\n")  # a registry keyed by a kind name
+    assert data_names_in(source, names) == [(2, "chat"), (4, "messages"), (6, "grpo")]
