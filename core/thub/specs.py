@@ -135,6 +135,12 @@ class DataKindSpec(Registered):
             rows and the row index of each (-1: several rows), which the run compares with what
             the library built (:mod:`thub.data.expected`); None from the function: nothing to
             compare. ``expected=None``: only the number of examples is compared (no tokenizer).
+        gate: import string of ``gate(rows, locations, params) -> list[str]``: the kind's own
+            checks of a run's validated (and mixed) rows, in the data gate before anything
+            starts or any model loads (every dry run and run): ``params`` are the run's
+            resolved values (``model_path`` for a tokenizer, ``max_seq_len``, ``overlong``);
+            it raises :class:`thub.errors.UsageError` (exit 2) and returns warnings to print.
+            None: nothing beyond each row's own validation.
     """
 
     name: str
@@ -144,6 +150,7 @@ class DataKindSpec(Registered):
     preview: str | None = None
     tokenize: str | None = None
     expected: str | None = None
+    gate: str | None = None
     provenance: Provenance = Provenance()
 
     def format_names(self) -> tuple[str, ...]:

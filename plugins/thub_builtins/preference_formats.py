@@ -293,7 +293,9 @@ def check_lengths(rows: Sequence[dict[str, Any]], locations: Sequence[str], toke
     bound = text_bound(backend, max_seq_len)
     for start in range(0, len(rows), _BATCH):
         batch = range(start, min(len(rows), start + _BATCH))
-        texts, spans, owners = [], [], []
+        texts: list[str] = []
+        spans: list[list[Span]] = []
+        owners: list[tuple[int, str]] = []
         cut: set[int] = set()  # answers encoded by a prefix: their full length is not known
         for i in batch:
             for name, answer in answers(rows[i]):

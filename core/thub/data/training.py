@@ -100,7 +100,25 @@ def validate_training_data(params: Mapping[str, Any], algorithm: AlgorithmSpec |
         check_kind(algorithm, first.kind, first.format, where)
     mixing = mix_settings(params)
     rows, locations = mix_loaded(loaded, mixing["strategy"], mixing["probabilities"], mixing["seed"])
+    if algorithm is not None:
+        _kind_gate(loaded[0].kind, rows, locations, params)
     return TrainingData(rows, locations, loaded[0].kind, data_key(params, files), files)
+
+
+def _kind_gate(kind: str, rows: list[dict[str, Any]], locations: list[str], params: Mapping[str, Any]) -> None:
+    """The data kind's own gate over the mixed rows (``DataKindSpec.gate``: e.g. preference pairs
+    held to ``max_seq_len``); its warnings are printed, its refusal raised."""
+    from thub.data.kinds import kind_spec, loaded
+
+    spec = kind_spec(kind)
+    if spec.gate is None:
+        return
+    from rich.markup import escape
+
+    from thub.ui.output import console
+
+    for warning in loaded(spec.gate)(rows, locations, params):
+        console().print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
 
 
 def training_rows(params: Mapping[str, Any], algorithm: AlgorithmSpec | None = None
