@@ -50,6 +50,20 @@ _EXPORTS: dict[str, str] = {
     "load_tokenizer": "thub.data",
     "pretraining_blocks": "thub.data.blocks",
     "processed_samples": "thub.data.expected",
+    # a data kind of the plugin's own (thub_register_data_kinds): its spec, the pieces its
+    # validator is built from (file:line errors alike), and what its preview is built from
+    "DataKindSpec": "thub.specs",
+    "DataFormatSpec": "thub.specs",
+    "DatasetSource": "thub.data.formats",
+    "RowCheck": "thub.data.formats",
+    "check_messages": "thub.data.formats",
+    "describe": "thub.data.formats",
+    "sharegpt_tags": "thub.data.formats",
+    "PreviewView": "thub.data.preview",
+    "explain_messages": "thub.data.preview",
+    "explain_prompt": "thub.data.preview",
+    "explain_text": "thub.data.preview",
+    "explain_ids": "thub.data.preview",
     # measured, not assumed: what the library built (context.report_built), see thub.runner.built
     "collated_labels": "thub.runner.built",
     # metrics and progress
@@ -87,7 +101,9 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
     from thub.data import load_tokenizer, tokenize_chat
     from thub.data.blocks import pretraining_blocks
     from thub.data.expected import processed_samples
+    from thub.data.formats import DatasetSource, RowCheck, check_messages, describe, sharegpt_tags
     from thub.data.prepare import PrepareResult
+    from thub.data.preview import PreviewView, explain_ids, explain_messages, explain_prompt, explain_text
     from thub.data.training import TrainingData
     from thub.errors import ThubError, UsageError, did_you_mean
     from thub.fileio import write_text_atomic
@@ -114,6 +130,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
         CheckResult,
         CheckSpec,
         CommandSpec,
+        DataFormatSpec,
+        DataKindSpec,
         MemoryPolicy,
         load_object,
         translation_hook,
