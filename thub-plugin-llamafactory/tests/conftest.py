@@ -65,3 +65,35 @@ def lf_env(tmp_path_factory: pytest.TempPathFactory) -> dict:
     manifest = json.loads((env / "thub-env.json").read_text())
     return {"data_dir": data_dir, "path": env, "python": str(env / "bin" / "python"), "manifest": manifest,
             "environ": thub_env(data_dir)}
+
+
+#: Pairs with one clear preference (a polite answer over a curt one): on the tiny model the DPO
+#: margin rises within a few steps at a high learning rate. Prompts vary (some with a system turn,
+#: one with an earlier exchange) as thub's canonical dpo rows do.
+TOPICS = ("the weather", "a book", "the sea", "music", "a garden", "trains", "coffee", "the moon")
+
+
+def preference_rows() -> tuple[list[dict], list[dict]]:
+    """(dpo rows, kto rows) in thub's canonical shape: prompt/chosen/rejected, prompt/completion/label."""
+    dpo, kto = [], []
+    for i, topic in enumerate(TOPICS):
+        prompt = [{"role": "system", "content": "Answer kindly."}] if i % 3 == 0 else []
+        if i == 5:
+            prompt += [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hello, friend"}]
+        prompt.append({"role": "user", "content": f"Tell me about {topic}."})
+        good = [{"role": "assistant", "content": f"Thank you for asking about {topic}, it is lovely."}]
+        bad = [{"role": "assistant", "content": "No."}]
+        dpo.append({"prompt": prompt, "chosen": good, "rejected": bad})
+        kto.append({"prompt": prompt, "completion": good if i % 2 == 0 else bad, "label": i % 2 == 0})
+    return dpo, kto
+
+
+@pytest.fixture(scope="session")
+def preference_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``{"dpo": dpo.jsonl, "kto": kto.jsonl}`` written from :func:`preference_rows`."""
+    folder = tmp_path_factory.mktemp("preference")
+    files = {}
+    for name, rows in zip(("dpo", "kto"), preference_rows(), strict=True):
+        files[name] = folder / f"{name}.jsonl"
+        files[name].write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return files

@@ -29,7 +29,12 @@ class TestLlamaFactoryContract(BackendContract):
     samples = {
         "sft": {**BASE, "learning_rate": 1e-4, "packing": True},
         "lora_sft": {**BASE, "lora_r": 4, "target_modules": ["q_proj", "v_proj"]},
+        "dpo": {**BASE, "beta": 0.2, "label_smoothing": 0.1},
+        "kto": {**BASE, "desirable_weight": 1.5, "reference_model_path": "ref"},
     }
+    # conditional reads: the SimPO margin, a reference model
+    read_samples = [("dpo", {**BASE, "loss_type": "simpo", "simpo_gamma": 0.3}),
+                    ("dpo", {**BASE, "reference_model_path": "ref"})]
     # contract kit (issue 14.6): honoured parameters this translation did not read on the samples when
     # the kit began checking; narrow with read_samples (conditional reads) or keep the runner's reads
     read_elsewhere = frozenset({"block_size", "mlflow_experiment_name", "validation_frequency", "wandb_entity"})

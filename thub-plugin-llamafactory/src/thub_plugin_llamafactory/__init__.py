@@ -22,7 +22,7 @@ README = "thub-plugin-llamafactory/README.md"
 def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
     register(BackendSpec(
         name=BACKEND,
-        summary="LLaMA-Factory (HF Trainer): sft, lora_sft, continued pretraining (stage pt); CPU or GPU.",
+        summary="LLaMA-Factory (HF Trainer): sft, lora_sft, continued pretraining (stage pt), dpo, kto; CPU or GPU.",
         algorithms=HONOURED,
         runner="thub_plugin_llamafactory.runner:run",
         requirements=REQUIREMENTS,

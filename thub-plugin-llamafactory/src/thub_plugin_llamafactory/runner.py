@@ -25,9 +25,14 @@ def write_inputs(context: RunContext, plan: dict[str, Any]) -> list[str]:
     returns thub's report lines."""
     import yaml
 
-    from thub_plugin_llamafactory.dataset import write_dataset
+    from thub_plugin_llamafactory.dataset import write_dataset, write_preference_dataset
+    from thub_plugin_llamafactory.translate import PREFERENCE_STAGES
 
-    lines = write_dataset(context.data(), context.params, plan)  # the rows thub validated before the run
+    data = context.data()  # the rows thub validated before the run
+    if context.algorithm in PREFERENCE_STAGES:  # LLaMA-Factory tokenizes the pairs itself
+        lines = write_preference_dataset(context.algorithm, data, context.params, plan)
+    else:
+        lines = write_dataset(data, context.params, plan)
     # every rank writes the same content; atomically, so that none reads a half-written file
     write_text_atomic(Path(plan["config_file"]), yaml.safe_dump(plan["args"], sort_keys=False), parents=True)
     return lines
@@ -78,7 +83,8 @@ def run(context: RunContext) -> dict[str, Any]:
     if context.is_main:
         for line in lines:
             print(line, flush=True)
-        print(f"thub: wrote {plan['data']['tokenized_path']} and {plan['config_file']} for LLaMA-Factory "
+        written = plan["data"].get("tokenized_path") or plan["data"]["file"]
+        print(f"thub: wrote {written} and {plan['config_file']} for LLaMA-Factory "
               f"(same run by hand: {plan['command']})", flush=True)
 
     run_exp = _import_run_exp()

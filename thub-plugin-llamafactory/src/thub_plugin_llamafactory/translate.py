@@ -15,6 +15,8 @@ from thub.backend import UsageError, cuda_visible, optional_training_args, repor
 BACKEND = "llamafactory"
 #: The dataset name LLaMA-Factory's get_train_args requires; unused (the data is at tokenized_path).
 DATASET = "thub_train"
+#: The file of preference rows LLaMA-Factory reads (dpo, kto), in ``{ckpt_output_dir}/llamafactory``.
+PREFERENCE_FILE = "train.json"
 
 _SFT = frozenset({
     "num_epochs", "max_steps", "effective_batch_size", "learning_rate", "max_seq_len", "seed",
@@ -27,13 +29,25 @@ _SFT = frozenset({
     "is_pretraining", "block_size",
 })
 _LORA = frozenset({"lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora"})
+# Preference tuning trains LLaMA-Factory's own pairs (its ranking/KTO data path, dataset.py): no
+# thub masks, packing, pretraining blocks or validation split apply there
+_PREFERENCE = _SFT - {"unmask_messages", "packing", "is_pretraining", "block_size", "validation_split",
+                      "validation_frequency", "use_liger"}
+_DPO = _PREFERENCE | {"beta", "loss_type", "reference_model_path", "label_smoothing", "simpo_gamma"}
+_KTO = _PREFERENCE | {"beta", "reference_model_path", "desirable_weight", "undesirable_weight"}
 
-HONOURED: dict[str, frozenset[str]] = {"sft": _SFT, "lora_sft": _SFT | _LORA}
+HONOURED: dict[str, frozenset[str]] = {"sft": _SFT, "lora_sft": _SFT | _LORA, "dpo": _DPO, "kto": _KTO}
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "sft": {"num_epochs": 1, "learning_rate": 2e-5, "max_seq_len": 1024, "effective_batch_size": 8},
     "lora_sft": {"num_epochs": 1, "learning_rate": 2e-4, "max_seq_len": 1024, "effective_batch_size": 8},
+    # LLaMA-Factory's own DPO/KTO examples (examples/train_*/*_dpo.yaml, *_kto.yaml) train at 5e-6
+    "dpo": {"num_epochs": 1, "learning_rate": 5e-6, "max_seq_len": 1024, "effective_batch_size": 8},
+    "kto": {"num_epochs": 1, "learning_rate": 5e-6, "max_seq_len": 1024, "effective_batch_size": 8},
 }
+
+#: thub's preference algorithm -> LLaMA-Factory's stage
+PREFERENCE_STAGES = {"dpo": "dpo", "kto": "kto"}
 
 #: The largest per-device batch thub chooses when splitting effective_batch_size.
 MAX_MICRO_BATCH = 8
@@ -43,6 +57,48 @@ DATA_NOTE = ("LLaMA-Factory trains thub's tokens: thub tokenizes the validated r
              "template and its own loss masks (pretraining: documents joined with EOS into block_size blocks) "
              "and saves input_ids/attention_mask/labels with datasets.save_to_disk at tokenized_path; "
              "LLaMA-Factory loads that and skips its own converter, template and processors")
+
+
+#: How LLaMA-Factory gets preference data: its own ranking (DPO) or kto_tag (KTO) data path.
+PREFERENCE_NOTE = ("LLaMA-Factory builds the pairs: thub writes the validated rows in its sharegpt format "
+                   "(DPO: ranking with chosen/rejected columns; KTO: a kto_tag column) with a dataset_info.json, "
+                   "and LLaMA-Factory's own converter, template (parsed from the model's chat template) and "
+                   "pairwise/feedback processor tokenize them, cut at cutoff_len by its infer_seqlen")
+
+
+def _preference(algorithm: str, params: dict[str, Any], args: dict[str, Any], work: str) -> dict[str, Any]:
+    """``args`` for LLaMA-Factory's dpo/kto stage (changed in place); returns the plan's data section."""
+    # LLaMA-Factory reads thub's rows from dataset_dir (dataset.py writes them) and tokenizes them itself
+    del args["tokenized_path"]
+    args.update({"stage": PREFERENCE_STAGES[algorithm], "dataset_dir": work, "pref_beta": params["beta"]})
+    reference_free = algorithm == "dpo" and params["loss_type"] in ("orpo", "simpo")
+    if params.get("reference_model_path"):
+        args["ref_model"] = params["reference_model_path"]
+    if algorithm == "dpo":
+        args["pref_loss"] = params["loss_type"]  # the same names: sigmoid, hinge, ipo, orpo, simpo
+        if params.get("label_smoothing") is not None:
+            args["dpo_label_smoothing"] = params["label_smoothing"]
+        if params.get("simpo_gamma") is not None:
+            args["simpo_gamma"] = params["simpo_gamma"]
+    else:
+        args.update({"kto_chosen_weight": params["desirable_weight"],
+                     "kto_rejected_weight": params["undesirable_weight"]})
+    return {
+        "mode": algorithm,
+        "written_by": "thub",
+        "tokenized_by": "llamafactory",
+        "note": PREFERENCE_NOTE,
+        "format": "sharegpt, ranking: true (chosen/rejected)" if algorithm == "dpo" else "sharegpt, kto_tag",
+        "file": f"{work}/{PREFERENCE_FILE}",
+        "dataset_info": f"{work}/dataset_info.json",
+        "max_seq_len": params["max_seq_len"],
+        # truncate: LLaMA-Factory's infer_seqlen cuts (prompt and answer, the answer kept first);
+        # drop/error: thub leaves out / refuses a row over max_seq_len before writing it (dataset.py)
+        "overlong": params["overlong"],
+        "reference": "none (reference-free loss)" if reference_free else
+        params.get("reference_model_path") or f"a frozen copy of the initial policy ({params['model_path']})",
+        "seed": params["seed"],
+    }
 
 
 def _save_strategy(params: dict[str, Any]) -> str:
@@ -70,7 +126,8 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     work = f"{run_dir}/llamafactory"
     world = world_size(params)
     micro, accumulation = split_batch(params["effective_batch_size"], world, MAX_MICRO_BATCH)
-    pretraining = bool(params.get("is_pretraining"))
+    preference = algorithm in PREFERENCE_STAGES
+    pretraining = not preference and bool(params.get("is_pretraining"))
     gpu = cuda_visible()
     args: dict[str, Any] = {
         "model_name_or_path": params["model_path"],
@@ -99,12 +156,13 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         "save_strategy": _save_strategy(params),
         # LLaMA-Factory turns gradient checkpointing on unless told not to; thub's default is off
         "disable_gradient_checkpointing": not params.get("gradient_checkpointing"),
-        "enable_liger_kernel": bool(params.get("use_liger")),
         "bf16": gpu,
         "use_cpu": not gpu,
         "disable_tqdm": True,  # thub shows progress from the metrics stream
         "plot_loss": False,
     }
+    if not preference:  # dpo/kto have no use_liger (LLaMA-Factory's own default: off)
+        args["enable_liger_kernel"] = bool(params.get("use_liger"))
     args.update(optional_training_args(params))
     if params.get("lr_scheduler") is not None:  # unset: LLaMA-Factory's own (TrainingArguments' linear)
         args["lr_scheduler_type"] = params["lr_scheduler"]
@@ -114,7 +172,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     length = params["block_size"] if pretraining else params["max_seq_len"]
     # the longest sequence LLaMA-Factory sees (its model_max_length); thub cut the examples to it
     args["cutoff_len"] = length
-    validation = params.get("validation_split")
+    validation = None if preference else params.get("validation_split")
     if validation:
         # thub splits (dataset.py) and saves the validation split; LLaMA-Factory's loader ignores
         # val_size with tokenized_path, but its get_train_args requires it for eval_strategy
@@ -130,10 +188,11 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             "use_dora": bool(params.get("use_dora")),
         })
     config_file = f"{work}/train.yaml"
+    data = _preference(algorithm, params, args, work) if preference else None
     return {
         "config_file": config_file,
         "args": args,
-        "data": {
+        "data": data or {
             "mode": "pretraining" if pretraining else "chat",
             "tokenized_by": "thub",
             "note": DATA_NOTE,
