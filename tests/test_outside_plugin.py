@@ -24,7 +24,7 @@ PLUGIN = ROOT / "examples" / "plugins" / "thub-plugin-pairs"
 pytestmark = pytest.mark.needs_module("trl")
 
 #: what the plugin may import from thub: the documented public modules
-PUBLIC = {"thub", "thub.backend", "thub.specs", "thub.params", "thub.data", "thub.data.preview"}
+PUBLIC = {"thub", "thub.backend", "thub.specs", "thub.params"}
 
 PAIRS = [  # a learnable preference: the better answer is always the short polite one
     {"prompt": "Say hello.", "better": "Hello! 👋", "worse": "no"},

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from thub.backend import BackendSpec, hookimpl
-from thub.specs import AlgorithmSpec, DataFormatSpec, DataKindSpec
+from thub.backend import BackendSpec, DataFormatSpec, DataKindSpec, hookimpl
+from thub.specs import AlgorithmSpec
 
 HONOURED = frozenset({"beta", "max_seq_len", "max_steps", "learning_rate", "effective_batch_size", "seed",
                       "logging_steps", "save_steps", "save_final_checkpoint"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from thub.data import check_messages
+from thub.backend import check_messages
 
 
 def is_pairs(row: dict[str, Any]) -> bool:
@@ -29,6 +29,6 @@ def normalise_pairs(row: dict[str, Any], check: Any, source: Any) -> dict[str, A
 
 
 def preview_pairs(row: dict[str, Any], view: Any) -> list[dict[str, Any]]:
-    from thub.data.preview import explain_messages
+    from thub.backend import explain_messages
 
     return [{"title": side, **explain_messages(row["prompt"] + row[side], view)} for side in ("better", "worse")]
