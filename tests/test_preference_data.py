@@ -277,3 +277,30 @@ def test_train_kto_dry_run_refuses_one_label(tiny_model: Path, tmp_path: Path) -
     bad = _dry_run(tiny_model, tmp_path, "kto", "bad_label.jsonl")
     assert bad.exit_code == 2 and f"{FIXTURES / 'bad_label.jsonl'}:2: label: expected true" in bad.output
     assert _dry_run(tiny_model, tmp_path, "kto", "kto.jsonl").exit_code == 0
+
+
+# -- what the run expects the library to build ---------------------------------------------------
+
+def test_expected_examples_are_the_rows_the_overlong_policy_keeps(tiny_model: Path) -> None:
+    from thub_builtins.preference_formats import expected
+
+    found = rows("pairs.jsonl")
+    where = [f"pairs.jsonl:{i + 1}" for i in range(len(found))]
+    params = {"model_path": str(tiny_model), "max_seq_len": 256, "overlong": "drop"}
+    from thub.data.prepare import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_model))
+    assert expected(params, found, where, tokenizer) == 6
+    assert expected({**params, "overlong": "truncate"}, found, where, tokenizer) == 7
+    assert expected({**params, "max_seq_len": None}, found, where, tokenizer) == 7
+
+
+@pytest.mark.slow
+@pytest.mark.needs_module("trl")
+def test_trl_dpo_with_a_dropped_pair_trains(tiny_model: Path, tmp_path: Path) -> None:
+    # was: "backend trl builds 6 examples; thub validated 7" (the dropped pair was expected)
+    result = run("train", "dpo", "--backend", "trl", "--model-path", str(tiny_model), "--data-path",
+                 str(FIXTURES / "pairs.jsonl"), "--ckpt-output-dir", str(tmp_path / "out"), "--max-seq-len", "256",
+                 "--overlong", "drop", "--max-steps", "1", "--effective-batch-size", "2", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["status"] == "succeeded"

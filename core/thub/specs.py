@@ -131,10 +131,12 @@ class DataKindSpec(Registered):
             ``max_seq_len``, ``overlong`` and ``unmask``. None: rows of this kind are not
             tokenized ahead of training (backends read them as they are).
         expected: import string of ``expected(params, rows, locations, tokenizer) -> (samples,
-            origin) | None``: the ``(input_ids, labels)`` of each example thub trains from the
+            origin) | int | None``: the ``(input_ids, labels)`` of each example thub trains from the
             rows and the row index of each (-1: several rows), which the run compares with what
-            the library built (:mod:`thub.data.expected`); None from the function: nothing to
-            compare. ``expected=None``: only the number of examples is compared (no tokenizer).
+            the library built (:mod:`thub.data.expected`); an int: only how many examples
+            (those the ``overlong`` policy keeps, where an example is no one masked sequence:
+            a preference pair); None from the function: nothing to compare.
+            ``expected=None``: the number of rows is expected (no tokenizer).
         gate: import string of ``gate(rows, locations, params) -> list[str]``: the kind's own
             checks of a run's validated (and mixed) rows, in the data gate before anything
             starts or any model loads (every dry run and run): ``params`` are the run's

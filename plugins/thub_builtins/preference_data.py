@@ -29,10 +29,12 @@ DATA_KINDS = (
                  # ranking rows hold `conversations`: recognised before sharegpt chats
                  (_format("preference", "prompt/chosen/rejected", priority=5),
                   _format("sharegpt_preference", "conversations+chosen/rejected", priority=5)),
-                 chat_template=True, preview=f"{_FUNCTIONS}:preview", gate=f"{_FUNCTIONS}:gate"),
+                 chat_template=True, preview=f"{_FUNCTIONS}:preview", gate=f"{_FUNCTIONS}:gate",
+                 expected=f"{_FUNCTIONS}:expected"),
     DataKindSpec("unpaired_preference", "prompt + completion + label",
                  (_format("kto", "prompt/completion/label", priority=5),),
-                 chat_template=True, preview=f"{_FUNCTIONS}:preview", gate=f"{_FUNCTIONS}:gate"),
+                 chat_template=True, preview=f"{_FUNCTIONS}:preview", gate=f"{_FUNCTIONS}:gate",
+                 expected=f"{_FUNCTIONS}:expected"),
 )
 
 

@@ -342,6 +342,18 @@ def check_lengths(rows: Sequence[dict[str, Any]], locations: Sequence[str], toke
     return stats
 
 
+def expected(params: Mapping[str, Any], rows: Sequence[dict[str, Any]], locations: Sequence[str],
+             tokenizer: Any) -> int:
+    """How many examples a backend builds from the rows: the pairs (or answers) the ``overlong``
+    policy keeps (:func:`check_lengths`), so a dropped pair is not a difference. A pair is two
+    sequences and libraries collate them differently, so only their number is compared."""
+    max_seq_len = params.get("max_seq_len")
+    if max_seq_len is None:
+        return len(rows)
+    return check_lengths(rows, locations, tokenizer, int(max_seq_len), str(params.get("overlong") or "truncate"),
+                         ).samples_out
+
+
 def label_balance(rows: Sequence[dict[str, Any]], locations: Sequence[str]) -> str | None:
     """What is wrong with unpaired rows whose labels are all the same (KTO weighs desirable
     against undesirable answers: with one side missing it has nothing to contrast), or None."""

@@ -104,6 +104,8 @@ def expected_counts(params: Mapping[str, Any], rows: Sequence[dict[str, Any]], l
     built = loaded(spec.expected)(params, rows, locations, tokenizer)
     if built is None:
         return None
+    if isinstance(built, int):  # how many examples, no masks to compare (e.g. preference pairs)
+        return {"examples": built, "per_example": None}
     samples, origin = built
     trained = [trained_count(labels) for _ids, labels in samples]
     tokens = [len(ids) for ids, _labels in samples]
