@@ -185,10 +185,14 @@ def _wait_for_steps(path: Path, steps: int, process: subprocess.Popen[str], time
     raise AssertionError("no progress")
 
 
-def test_sigterm_checkpoints_and_resume_continues_without_gaps(tiny_model: Path, demo_data: Path,
+# a preference step runs the policy and the reference model: fewer steps are as many seconds
+@pytest.mark.parametrize(("algorithm", "steps"), [("sft", 150), ("dpo", 40), ("kto", 40)])
+def test_sigterm_checkpoints_and_resume_continues_without_gaps(algorithm: str, steps: int, tiny_model: Path,
+                                                               demo_data: Path, preference_files: dict[str, Path],
                                                                tmp_path: Path) -> None:
     out = tmp_path / "resume"
-    args = ["train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "150",
+    data = demo_data / "chat.jsonl" if algorithm == "sft" else preference_files[algorithm]
+    args = ["train", algorithm, *common(tiny_model, data, out), "--max-steps", str(steps),
             "--effective-batch-size", "2"]
     environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
     process = subprocess.Popen([sys.executable, "-m", "thub", *args], stdout=subprocess.PIPE,
@@ -199,15 +203,15 @@ def test_sigterm_checkpoints_and_resume_continues_without_gaps(tiny_model: Path,
     assert process.returncode == 130, stderr
     result = assert_finished_run(out, status="interrupted")
     stopped_at = read_metrics(out / "training_metrics.jsonl")[-1]["step"]
-    assert stopped_at < 150
+    assert stopped_at < steps
     assert result["final_checkpoint"] == str(out / "checkpoints" / f"checkpoint-{stopped_at}")
     assert "--resume" in stderr
 
     resumed = thub(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    assert_finished_run(out)  # steps 1..150, each exactly once
+    assert_finished_run(out)  # steps 1..steps, each exactly once
     lines = read_metrics(out / "training_metrics.jsonl")
-    assert len(lines) == 150 and lines[-1]["step"] == 150
+    assert len(lines) == steps and lines[-1]["step"] == steps
     assert json.loads((out / "thub_run.json").read_text())["resume_from"].endswith(f"checkpoint-{stopped_at}")
 
 

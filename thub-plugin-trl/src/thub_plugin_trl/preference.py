@@ -2,7 +2,7 @@
 
 thub tokenizes the rows, not TRL's dataset preparation: TRL 1.16 tokenizes them after putting them
 in an Arrow dataset, whose schema unification gives every row's tool-call arguments the argument
-names of every other row (``{"city": None, "n": 1}``), so the chat template renders text the row
+names of every other row (``{"a": 2, "b": 2, "city": None}``), so the chat template renders text the row
 does not hold. Here each plain row is tokenized with TRL's own helpers, as its trainers do
 (``_tokenize``: the chat template, with the generation prompt for the prompt alone;
 ``common_prefix_length``: where the answer starts), the ``overlong`` policy is applied (every cut
