@@ -304,3 +304,20 @@ def test_trl_dpo_with_a_dropped_pair_trains(tiny_model: Path, tmp_path: Path) ->
                  "--overlong", "drop", "--max-steps", "1", "--effective-batch-size", "2", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["status"] == "succeeded"
+
+
+def test_a_pair_the_chat_template_refuses_is_counted_and_left_out(tiny_model: Path) -> None:
+    from thub.data.prepare import load_tokenizer
+    from thub.data.templates import ChatTemplate
+    from thub_builtins.preference_formats import check_lengths
+
+    tokenizer = load_tokenizer(str(tiny_model))
+    strict = ChatTemplate(tokenizer, "{% for m in messages %}{% if m.role == 'system' and not loop.first %}"
+                                     "{{ raise_exception('system only first') }}{% endif %}<|im_start|>{{ m.role }}\n"
+                                     "{% if m.role == 'assistant' %}{% generation %}{{ m.content }}<|im_end|>"
+                                     "{% endgeneration %}{% else %}{{ m.content }}<|im_end|>{% endif %}\n{% endfor %}"
+                                     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    found = rows("pairs.jsonl")
+    stats = check_lengths(found, [f"pairs.jsonl:{i + 1}" for i in range(7)], tokenizer, None, template=strict)
+    assert (stats.samples_out, stats.rejected_by_template) == (6, 1)
+    assert stats.examples["rejected_by_template"] == ["pairs.jsonl:5: system only first"]

@@ -243,14 +243,16 @@ def answers(row: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
     return [("chosen", row["chosen"]), ("rejected", row["rejected"])]
 
 
-def answer_spans(template: ChatTemplate, prompt: list[dict[str, Any]],
-                 answer: list[dict[str, Any]]) -> tuple[str, list[Span]]:
+def answer_spans(template: ChatTemplate, prompt: list[dict[str, Any]], answer: list[dict[str, Any]],
+                 prompt_text: str | None = None) -> tuple[str, list[Span]]:
     """``prompt`` + ``answer`` rendered with the chat template, and its trained spans: the
     answer's assistant turns with their end-of-turn marker (as thub masks SFT), none of the
-    prompt (its earlier assistant turns included): the loss scores the answer only."""
-    prompt_text, _ = template.render(prompt, add_generation_prompt=True)
+    prompt (its earlier assistant turns included): the loss scores the answer only.
+    ``prompt_text``: the prompt rendered with the generation prompt, when already rendered."""
+    if prompt_text is None:
+        prompt_text, _ = template.render(prompt, add_generation_prompt=True)
     text, spans = template.spans([*prompt, *answer])
-    start = len(os.path.commonprefix([prompt_text, text]))
+    start = len(prompt_text) if text.startswith(prompt_text) else len(os.path.commonprefix([prompt_text, text]))
     return text, [(max(a, start), b) for a, b in spans if b > start]
 
 
@@ -279,7 +281,7 @@ def check_lengths(rows: Sequence[dict[str, Any]], locations: Sequence[str], toke
     answer, ``drop`` leaves the row out, ``truncate`` cuts it (a row with an answer left without
     a trained token is dropped). Nothing is silent: the counts and first rows are in the stats."""
     from thub.data.templates import check_template
-    from thub.data.tokenize import OVERLONG, long_prefix, rust_tokenizer, span_labels, text_bound
+    from thub.data.tokenize import OVERLONG, rust_tokenizer, span_labels, text_bound
 
     if overlong not in OVERLONG:
         raise UsageError(f"overlong: expected one of {', '.join(OVERLONG)}, found {overlong!r}")
@@ -292,49 +294,36 @@ def check_lengths(rows: Sequence[dict[str, Any]], locations: Sequence[str], toke
     too_long: list[str] = []
     bound = text_bound(backend, max_seq_len)
     for start in range(0, len(rows), _BATCH):
-        batch = range(start, min(len(rows), start + _BATCH))
-        texts: list[str] = []
-        spans: list[list[Span]] = []
-        owners: list[tuple[int, str]] = []
-        cut: set[int] = set()  # answers encoded by a prefix: their full length is not known
-        for i in batch:
-            for name, answer in answers(rows[i]):
-                text, trained = answer_spans(template, rows[i]["prompt"], answer)
-                if bound is not None and max_seq_len is not None and len(text) > bound:
-                    at = long_prefix(backend, text, max_seq_len, bound)
-                    if at is not None:  # only what any policy keeps is encoded (a 50 MB answer)
-                        text, trained = text[:at], [(a, min(b, at)) for a, b in trained if a < at]
-                        cut.add(len(texts))
-                texts.append(text)
-                spans.append(trained)
-                owners.append((i, name))
-        verdicts: dict[int, list[str]] = {}
-        encoded = backend.encode_batch(texts, add_special_tokens=False)
-        for j, ((i, name), trained, enc) in enumerate(zip(owners, spans, encoded, strict=True)):
+        batch = _render(rows, range(start, min(len(rows), start + _BATCH)), template, backend, max_seq_len, bound,
+                        stats, locations)
+        encoded = backend.encode_batch([text for _i, _name, text, _spans, _cut in batch], add_special_tokens=False)
+        verdicts: dict[int, list[tuple[str, int, int]]] = {}  # row -> (verdict, tokens kept, trained kept)
+        for (i, name, _text, trained, cut), enc in zip(batch, encoded, strict=True):
             labels = span_labels(enc, enc.ids, trained)
             kept = labels if max_seq_len is None else labels[:max_seq_len]
+            verdict = "fits"
             if max_seq_len is not None and len(labels) > max_seq_len:
+                verdict = "long"
                 if overlong == "error":
-                    too_long.append(f"{locations[i]} ({name}: {'over ' if j in cut else ''}{len(labels)} tokens)")
-                verdicts.setdefault(i, []).append("long")
-            if len(kept) - kept.count(IGNORE) == 0:
-                verdicts.setdefault(i, []).append("untrained")
-            stats.tokens += len(kept)
-            stats.trained_tokens += len(kept) - kept.count(IGNORE)
-            stats.lengths.append(len(kept))
-        for i in batch:
-            found = verdicts.get(i, [])
-            if "long" in found and overlong == "drop":
+                    too_long.append(f"{locations[i]} ({name}: {'over ' if cut else ''}{len(labels)} tokens)")
+            verdicts.setdefault(i, []).append((verdict, len(kept), len(kept) - kept.count(IGNORE)))
+        for i, found in verdicts.items():
+            if overlong == "drop" and any(v == "long" for v, _n, _t in found):
                 stats.dropped_overlong += 1
                 stats.note("dropped_overlong", locations[i])
-            elif "untrained" in found:
+                continue
+            if any(count == 0 for _v, _n, count in found):  # e.g. the prompt alone fills max_seq_len
                 stats.dropped_untrainable += 1
                 stats.note("dropped_untrainable", locations[i])
-            else:
-                if "long" in found:
-                    stats.truncated += 1
-                    stats.note("truncated", locations[i])
-                stats.samples_out += 1
+                continue
+            if any(v == "long" for v, _n, _t in found):
+                stats.truncated += 1
+                stats.note("truncated", locations[i])
+            stats.samples_out += 1
+            for _v, tokens, count in found:
+                stats.tokens += tokens
+                stats.trained_tokens += count
+                stats.lengths.append(tokens)
     if too_long:
         raise UsageError(f"{len(too_long)} answer(s) longer with their prompt than max_seq_len={max_seq_len} "
                          f"tokens: {', '.join(too_long[:5])}{' ...' if len(too_long) > 5 else ''} "
@@ -352,6 +341,34 @@ def expected(params: Mapping[str, Any], rows: Sequence[dict[str, Any]], location
         return len(rows)
     return check_lengths(rows, locations, tokenizer, int(max_seq_len), str(params.get("overlong") or "truncate"),
                          ).samples_out
+
+
+def _render(rows: Sequence[dict[str, Any]], batch: range, template: ChatTemplate, backend: Any,
+            max_seq_len: int | None, bound: int | None, stats: TokenizeStats,
+            locations: Sequence[str]) -> list[tuple[int, str, str, list[Span], bool]]:
+    """(row, answer name, text, trained spans, encoded by a prefix) for each answer of ``batch``'s
+    rows; a row the chat template refuses is counted and left out (as SFT rows are)."""
+    from thub.data.templates import TemplateRejected
+    from thub.data.tokenize import long_prefix
+
+    out = []
+    for i in batch:
+        try:
+            prompt_text, _ = template.render(rows[i]["prompt"], add_generation_prompt=True)  # once for both answers
+            rendered = [(name, *answer_spans(template, rows[i]["prompt"], answer, prompt_text))
+                        for name, answer in answers(rows[i])]
+        except TemplateRejected as exc:
+            stats.rejected_by_template += 1
+            stats.note("rejected_by_template", f"{locations[i]}: {exc}")
+            continue
+        for name, text, trained in rendered:
+            cut = False
+            if bound is not None and max_seq_len is not None and len(text) > bound:
+                at = long_prefix(backend, text, max_seq_len, bound)
+                if at is not None:  # only what any policy keeps is encoded (a 50 MB answer)
+                    text, trained, cut = text[:at], [(a, min(b, at)) for a, b in trained if a < at], True
+            out.append((i, name, text, trained, cut))
+    return out
 
 
 def label_balance(rows: Sequence[dict[str, Any]], locations: Sequence[str]) -> str | None:
