@@ -80,7 +80,7 @@ def test_parameter_options_are_those_of_train() -> None:
     from thub.config.fields import param_infos
     from thub.manager import get_registry
 
-    for algorithm in ("sft", "osft", "lora_sft", "grpo", "lora_grpo"):
+    for algorithm in ("sft", "osft", "lora_sft", "grpo", "lora_grpo", "dpo", "kto"):
         parameters = set(param_infos(get_registry().algorithm(algorithm).load_parameters()))
         est = {p.name: p for p in estimate_command(algorithm).params}
         train = {p.name: p for p in train_command(algorithm).params}
