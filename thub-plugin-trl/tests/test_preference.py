@@ -251,3 +251,27 @@ def test_reference_model_path_is_the_frozen_reference(tiny_model: Path, preferen
     assert line["rewards/chosen"] != 0.0 and line["rewards/rejected"] != 0.0
     assert json.loads((out / "thub_run.json").read_text())["parameters"]["reference_model_path"]["value"] == str(
         reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("overlong", "kept", "said"), [
+    ("truncate", 13, ["1 of 14 pairs cut at max_seq_len", "1 of 14 pairs dropped: the prompt alone fills"]),
+    ("drop", 12, ["2 of 14 pairs dropped: longer than max_seq_len"]),
+])
+def test_overlong_pairs_are_reported_and_what_trl_builds_is_what_thub_validated(
+        overlong: str, kept: int, said: list[str], tiny_model: Path, preference_files: dict[str, Path],
+        tmp_path: Path) -> None:
+    """The pairs TRL's collator gets (counted before step 1) are the pairs thub validated under the
+    run's overlong policy: ``built`` says ``as validated``, the log names what was cut or dropped."""
+    rows = _rows(preference_files["dpo"])
+    rows.append({**rows[0], "chosen": [{"role": "assistant", "content": "yes " * 150}]})
+    rows.append({**rows[0], "prompt": [{"role": "user", "content": "why " * 200}]})
+    data = tmp_path / "long.jsonl"
+    data.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    out = tmp_path / overlong
+    done = thub("train", "dpo", *_common(tiny_model, data, out), "--max-steps", "1", "--overlong", overlong)
+    assert done.returncode == 0, done.stderr[-4000:]
+    built = json.loads((out / "result.json").read_text())["built"]
+    assert (built["examples"], built["matches"]) == (kept, True)
+    log = (out / "logs" / "train.log").read_text()
+    assert f"prepared {kept} of 14 pairs" in log and all(text in log for text in said), log
