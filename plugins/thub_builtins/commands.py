@@ -40,6 +40,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("uninstall", "thub.cli.install:uninstall",
                 "Remove a backend: its managed environment, or its plugin from the current environment."),
     CommandSpec("envs", "thub.cli.install:envs", "Managed environments: list, show, remove, export a lock."),
+    CommandSpec("checkpoint", "thub.cli.checkpoint:checkpoint",
+                "After training: list checkpoints of every layout, consolidate, merge an adapter, verify a model."),
     CommandSpec("clusters", "thub.cli.clusters:clusters",
                 "List cluster profiles and where each came from; exit 2 if a profile file is invalid."),
 )
