@@ -51,6 +51,12 @@ def lf_env(tmp_path_factory: pytest.TempPathFactory) -> dict:
     reuse = os.environ.get("LLAMAFACTORY_TEST_DATA_DIR")  # a data dir with the env built (development)
     if reuse and (Path(reuse) / "envs" / "llamafactory" / "thub-env.json").exists():
         env = Path(reuse) / "envs" / "llamafactory"
+        from thub.envs.installer import refresh_manifest
+        from thub.envs.manifest import read_manifest
+
+        # the manifest keeps the backend's registration as installed: describe the plugin again (it
+        # is installed editable there), so a new algorithm of this checkout is the managed env's too
+        refresh_manifest(read_manifest(env / "thub-env.json"))
         manifest = json.loads((env / "thub-env.json").read_text())
         return {"data_dir": Path(reuse), "path": env, "python": str(env / "bin" / "python"), "manifest": manifest,
                 "environ": thub_env(Path(reuse))}

@@ -44,6 +44,14 @@ def _flat(value: Any) -> list[int]:
     return [int(v) for v in value]
 
 
+def _rows(value: Any) -> int:
+    """How many rows a collated ``labels`` of one example has (1 for a flat list or one row)."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) == 2 else 1
+    return len(value) if isinstance(value, list) and value and isinstance(value[0], list) else 1
+
+
 def collated_labels(dataset: Iterable[Any], collate_fn: Any) -> Iterator[list[int]] | None:
     """Each example of ``dataset`` put through the library's own ``collate_fn``: its labels,
     padding removed (where the batch has an ``attention_mask``), exactly as the library trains them.
@@ -52,7 +60,8 @@ def collated_labels(dataset: Iterable[Any], collate_fn: Any) -> Iterator[list[in
     one that joins the examples into one row (padding-free), gets one example at a time.
 
     None when the collator yields no ``labels`` (GRPO's prompts: nothing is masked before
-    generation); then only the examples are counted.
+    generation), or more than one row of them per example (LLaMA-Factory's pairwise DPO
+    collator: a chosen and a rejected row); then only the examples are counted.
     """
     iterator = iter(dataset)
     try:
@@ -61,6 +70,8 @@ def collated_labels(dataset: Iterable[Any], collate_fn: Any) -> Iterator[list[in
         return iter(())
     probe = collate_fn([first])
     if not isinstance(probe, Mapping) or probe.get("labels") is None:
+        return None
+    if _rows(probe["labels"]) > 1:  # a pairwise collator (chosen and rejected rows per example): counted only
         return None
 
     def labels_of(batch: Mapping[str, Any]) -> list[int]:
