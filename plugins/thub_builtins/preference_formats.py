@@ -280,16 +280,9 @@ def check_lengths(rows: Sequence[dict[str, Any]], locations: Sequence[str], toke
     per row (a pair is kept, cut or dropped as a whole): ``error`` refuses naming each row and
     answer, ``drop`` leaves the row out, ``truncate`` cuts it (a row with an answer left without
     a trained token is dropped). Nothing is silent: the counts and first rows are in the stats."""
-    from thub.data.templates import check_template
-    from thub.data.tokenize import OVERLONG, rust_tokenizer, span_labels, text_bound
+    from thub.data.tokenize import chat_tokenizer, span_labels, text_bound
 
-    if overlong not in OVERLONG:
-        raise UsageError(f"overlong: expected one of {', '.join(OVERLONG)}, found {overlong!r}")
-    backend = rust_tokenizer(tokenizer)
-    template = template or ChatTemplate(tokenizer)
-    problems = check_template(tokenizer, template)
-    if problems:
-        raise UsageError("\n".join(problems))
+    backend, template = chat_tokenizer(tokenizer, template, overlong)
     stats = TokenizeStats(samples_in=len(rows))
     too_long: list[str] = []
     bound = text_bound(backend, max_seq_len)

@@ -175,6 +175,20 @@ def _batches(n: int) -> Iterator[range]:
         yield range(tail + piece.start, tail + piece.stop)
 
 
+def chat_tokenizer(tokenizer: Any, template: ChatTemplate | None, overlong: str) -> tuple[Any, ChatTemplate]:
+    """The Rust tokenizer and a checked chat template (:func:`check_template`) to tokenize
+    conversations with under the ``overlong`` policy; a UsageError for an unknown policy or a
+    template that would shred every example."""
+    if overlong not in OVERLONG:
+        raise UsageError(f"overlong: expected one of {', '.join(OVERLONG)}, found {overlong!r}")
+    backend = rust_tokenizer(tokenizer)
+    template = template or ChatTemplate(tokenizer)
+    problems = check_template(tokenizer, template)
+    if problems:
+        raise UsageError("\n".join(problems))
+    return backend, template
+
+
 def tokenize_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int | None, *,
                   unmask: bool = False, overlong: str = "truncate", locations: Sequence[str] | None = None,
                   template: ChatTemplate | None = None,
@@ -218,13 +232,7 @@ def encode_chat(rows: Sequence[dict[str, Any]], tokenizer: Any, max_seq_len: int
     the ids (None: every token trained); :func:`expand_labels` turns them into labels. This is
     what ``thub data prepare`` writes from, without building and scanning a labels list per row.
     """
-    if overlong not in OVERLONG:
-        raise UsageError(f"overlong: expected one of {', '.join(OVERLONG)}, found {overlong!r}")
-    backend = rust_tokenizer(tokenizer)
-    template = template or ChatTemplate(tokenizer)
-    problems = check_template(tokenizer, template)
-    if problems:
-        raise UsageError("\n".join(problems))
+    backend, template = chat_tokenizer(tokenizer, template, overlong)
     stats = TokenizeStats(samples_in=len(rows))
     out: list[Sample] = []
     overlong_at: list[str] = []
