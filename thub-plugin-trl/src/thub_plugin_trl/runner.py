@@ -150,9 +150,10 @@ def run(context: RunContext) -> dict[str, Any]:
         from thub_plugin_trl.preference import pretokenized
 
         reference = plan["reference_model"]
-        ref_model = (AutoModelForCausalLM.from_pretrained(reference["path"],
+        # in the policy's dtype, as TRL loads its own frozen copy of model_path when there is none
+        ref_model = (AutoModelForCausalLM.from_pretrained(reference["path"], dtype=model.dtype,
                                                           trust_remote_code=reference["trust_remote_code"])
-                     if reference else None)  # None: TRL loads its own frozen copy of model_path
+                     if reference else None)
         trainer = pretokenized(getattr(trl, plan["trainer"]))(
             model=model, ref_model=ref_model, args=config, train_dataset=pairs, processing_class=tokenizer,
             callbacks=callbacks)
