@@ -321,3 +321,18 @@ def test_a_pair_the_chat_template_refuses_is_counted_and_left_out(tiny_model: Pa
     stats = check_lengths(found, [f"pairs.jsonl:{i + 1}" for i in range(7)], tokenizer, None, template=strict)
     assert (stats.samples_out, stats.rejected_by_template) == (6, 1)
     assert stats.examples["rejected_by_template"] == ["pairs.jsonl:5: system only first"]
+
+
+@pytest.mark.parametrize("surface", ["api", "slurm"])
+def test_every_dry_run_holds_pairs_to_max_seq_len(tiny_model: Path, tmp_path: Path, surface: str) -> None:
+    data, out = FIXTURES / "pairs.jsonl", tmp_path / "out"
+    if surface == "api":
+        import thub
+
+        with pytest.raises(UsageError, match=r"pairs.jsonl:6 \(chosen: "):
+            thub.dry_run("dpo", backend="trl", model_path=str(tiny_model), data_path=str(data),
+                         ckpt_output_dir=str(out), max_seq_len=256, overlong="error")
+        return
+    result = _dry_run(tiny_model, tmp_path, "dpo", "pairs.jsonl", "--max-seq-len", "256", "--overlong", "error",
+                      "--launcher", "slurm")
+    assert result.exit_code == 2 and f"{data}:6 (chosen: " in result.output, result.output
