@@ -48,7 +48,7 @@ def required_only(algorithm: str) -> dict[str, Any]:
                                                        environ={}).values())
 
 
-@pytest.mark.parametrize("algorithm", ["sft", "lora_sft", "grpo", "lora_grpo"])
+@pytest.mark.parametrize("algorithm", ["sft", "lora_sft", "grpo", "lora_grpo", "dpo", "kto"])
 def test_unset_parameters_leave_trls_defaults(algorithm: str) -> None:
     import trl
     from peft import LoraConfig
