@@ -135,6 +135,8 @@ def test_data_format_is_validated_against_the_registered_formats(docs_plugin: An
     choices = r"expected auto or one of messages, sharegpt, .* \(did you mean 'sharegpt'"
     with pytest.raises(ValidationError, match=choices):
         BaseParams(**base, data_format="sharegtp")
+    with pytest.raises(ValidationError, match=r"\(chat is a data kind; its formats: messages, sharegpt, alpaca\)"):
+        BaseParams(**base, data_format="chat")
     with pytest.raises(ValidationError):
         BaseParams(**base, data_format="pairs")  # no plugin registers it yet
     thub_plugin(("my_plugin", docs_plugin), entry_points=False)

@@ -128,14 +128,24 @@ class Registry:
 
     def data_format(self, name: str) -> tuple[DataFormatSpec, DataKindSpec]:
         """The format ``name`` and its kind; else a UsageError naming the registered formats."""
-        from thub.errors import UsageError, did_you_mean
+        from thub.errors import UsageError
 
-        formats = {fmt.name: (fmt, kind) for fmt, kind in self.data_formats()}
-        try:
+        formats = {fmt.name: (fmt, kind) for kind in self.data_kinds.values() for fmt in kind.formats}
+        if name in formats:
             return formats[name]
-        except KeyError:
-            raise UsageError(f"format: expected auto or one of {', '.join(formats)}, found {name!r}"
-                             f"{did_you_mean(name, formats)}") from None
+        expected, hint = self.unknown_format(name)
+        raise UsageError(f"format: {expected}, found {name!r}{hint}")
+
+    def unknown_format(self, name: str) -> tuple[str, str]:
+        """What a data format name should have been (``expected auto or one of ...``) and a hint
+        for ``name`` (did you mean; a kind's name given for a format)."""
+        from thub.errors import did_you_mean
+
+        names = [fmt.name for kind in self.data_kinds.values() for fmt in kind.formats]
+        hint = did_you_mean(name, names)
+        if name in self.data_kinds:  # a kind's name where a format's is meant
+            hint = f" ({name} is a data kind; its formats: {', '.join(self.data_kinds[name].format_names())})"
+        return f"expected auto or one of {', '.join(names)}", hint
 
     def data_kind(self, name: str) -> DataKindSpec:
         """The data kind ``name``; else a UsageError naming the registered kinds."""

@@ -71,12 +71,12 @@ REQUIRED = ...
 
 def _registered_format(value: str) -> str:
     """``value`` when it is ``auto`` or a data format a plugin registered (thub_register_data_kinds)."""
-    from thub.data.kinds import format_names
-    from thub.errors import did_you_mean
+    from thub.data.kinds import formats
 
-    names = format_names()
-    if value != "auto" and value not in names:
-        raise ValueError(f"expected auto or one of {', '.join(names)}{did_you_mean(value, names)}")
+    known = formats()
+    if value != "auto" and value not in known.by_name:
+        expected, hint = known.registry.unknown_format(value)
+        raise ValueError(expected + hint)  # pydantic reports it under the field's name, with the value
     return value
 
 
