@@ -23,7 +23,10 @@ FIELDS = ("base_model", "micro_batch_size", "gradient_accumulation_steps", "batc
           "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_linear", "peft_use_rslora",
           "val_set_size", "save_strategy", "save_steps", "output_dir", "chat_template", "plugins", "bf16",
           "world_size", "eval_steps", "warmup_steps", "weight_decay", "adam_beta1", "seed", "excess_length_strategy",
-          "min_sample_len", "shuffle_merged_datasets", "auto_resume_from_checkpoints", "dataset_num_proc")
+          "min_sample_len", "shuffle_merged_datasets", "auto_resume_from_checkpoints", "dataset_num_proc",
+          # preference tuning
+          "rl", "rl_beta", "dpo_loss_type", "dpo_label_smoothing", "simpo_gamma", "cpo_alpha", "kto_desirable_weight",
+          "kto_undesirable_weight", "remove_unused_columns")
 CPU = {"bf16": False, "fp8": False, "tf32": False, "n_gpu": 0, "n_node": 1, "compute_capability": None}
 
 

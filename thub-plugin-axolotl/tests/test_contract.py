@@ -1,4 +1,5 @@
-"""thub's backend contract, the translation, and the translation checked by axolotl's own code.
+"""thub's backend contract, the translation (sft, lora_sft, dpo, kto), and the translation checked
+by axolotl's own code.
 
 axolotl's checks run in a subprocess on the axolotl wheel unpacked without dependencies
 (``build/axolotl-0.19.0``, installed by .ci/run), with this environment's transformers/pydantic.
@@ -33,7 +34,11 @@ class TestAxolotlContract(BackendContract):
     samples = {
         "sft": {**BASE, "learning_rate": 1e-4, "packing": True},
         "lora_sft": {**BASE, "lora_r": 4, "target_modules": ["q_proj", "v_proj"]},
+        "dpo": {**BASE, "beta": 0.2, "label_smoothing": 0.1},
+        "kto": {**BASE, "desirable_weight": 1.5},
     }
+    # conditional reads: the SimPO margin; a plain dpo sample for the loss_type differential
+    read_samples = [("dpo", {**BASE, "loss_type": "simpo", "simpo_gamma": 0.3}), ("dpo", dict(BASE))]
     # contract kit (issue 14.6): honoured parameters this translation did not read on the samples when
     # the kit began checking; narrow with read_samples (conditional reads) or keep the runner's reads
     read_elsewhere = frozenset({"block_size", "mlflow_experiment_name", "mlflow_run_name", "validation_frequency",
@@ -191,6 +196,7 @@ def test_preview_on_the_edge_cases_shows_thubs_tokens(unmask: bool, tiny_model: 
 def test_slurm_dry_run_splits_the_global_batch_over_nodes(tmp_path: Path) -> None:
     """--launcher slurm: one thub worker per node starts torchrun (the backend's launcher); the job
     script shortens a long TMPDIR for AF_UNIX sockets; the global batch stays fixed."""
+    (tmp_path / "d.jsonl").write_text((ROOT / "examples" / "data" / "chat.jsonl").read_text())  # the plan reads it
     environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
     args = [sys.executable, "-m", "thub", "train", "sft", "--backend", "axolotl", "--model-path", "m",
             "--data-path", "d.jsonl", "--ckpt-output-dir", str(tmp_path / "run"), "--launcher", "slurm",
@@ -207,3 +213,93 @@ def test_slurm_dry_run_splits_the_global_batch_over_nodes(tmp_path: Path) -> Non
     bad = subprocess.run([*args[:-6], "--nodes", "5", "--gpus-per-node", "2", "--effective-batch-size", "96",
                           "--dry-run"], capture_output=True, text=True, env=environ, timeout=300, cwd=tmp_path)
     assert bad.returncode == 2 and "nearest valid values: 90, 100" in bad.stderr
+
+
+# -- preference tuning (dpo, kto): translation, axolotl's own schema, the rendered strings --------
+
+
+@pytest.mark.parametrize(("params", "expected"), [
+    ({}, {"rl": "dpo", "dpo_loss_type": ["sigmoid"], "rl_beta": 0.1}),
+    ({"loss_type": "ipo", "beta": 0.3}, {"rl": "dpo", "dpo_loss_type": ["ipo"], "rl_beta": 0.3}),
+    ({"loss_type": "hinge"}, {"rl": "dpo", "dpo_loss_type": ["hinge"]}),
+    ({"label_smoothing": 0.2}, {"rl": "dpo", "dpo_label_smoothing": 0.2}),
+    ({"loss_type": "orpo"}, {"rl": "orpo", "dpo_loss_type": None}),
+    # pure SimPO (no behaviour-cloning term), TRL's own margin unless set
+    ({"loss_type": "simpo"}, {"rl": "simpo", "simpo_gamma": 0.5, "cpo_alpha": 0.0}),
+    ({"loss_type": "simpo", "simpo_gamma": 1.0}, {"rl": "simpo", "simpo_gamma": 1.0}),
+])
+def test_dpo_losses(params: dict[str, Any], expected: dict[str, Any]) -> None:
+    plan = _plan("dpo", **params)
+    config = plan["config"]
+    assert {k: config.get(k) for k in expected} == expected
+    assert config["datasets"] == [{"path": "out/axolotl/train.jsonl", "ds_type": "json"}]  # no type: used as given
+    assert "sample_packing" not in config and config["val_set_size"] == 0.0 and config["learning_rate"] == 5e-6
+    assert plan["data"]["mode"] == "dpo" and plan["data"]["rendered_by"] == "thub"
+
+
+def test_kto_config() -> None:
+    config = _plan("kto", desirable_weight=1.5, undesirable_weight=0.5, beta=0.2)["config"]
+    assert (config["rl"], config["rl_beta"], config["kto_desirable_weight"], config["kto_undesirable_weight"]) == (
+        "kto", 0.2, 1.5, 0.5)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("reference_model_path", "ref"),  # axolotl loads base_model again: it has no reference-model path
+    ("max_prompt_length", 32),  # TRL >= 0.27's trainers under axolotl take none
+])
+def test_what_axolotl_preference_does_not_honour_is_refused(name: str, value: Any) -> None:
+    with pytest.raises(UsageError, match=name):
+        _plan("dpo", **{name: value})
+
+
+def test_axolotl_validates_the_preference_configs(tiny_model: Path) -> None:
+    cases = [("dpo", {}), ("dpo", {"loss_type": "ipo"}), ("dpo", {"loss_type": "hinge", "overlong": "drop"}),
+             ("dpo", {"loss_type": "orpo"}), ("dpo", {"loss_type": "simpo", "simpo_gamma": 0.8}),
+             ("dpo", {"label_smoothing": 0.1, "overlong": "error"}),
+             ("kto", {"desirable_weight": 1.3, "effective_batch_size": 4})]
+    plans = [_plan(algorithm, model_path=str(tiny_model), **params) for algorithm, params in cases]
+    bad = {**plans[0]["config"], "rl": "dpo-typo"}  # the schema is real: an unknown rl is rejected
+    *checked, rejected = _axolotl_checks([p["config"] for p in plans] + [bad])
+    for (algorithm, params), plan, result in zip(cases, plans, checked, strict=True):
+        assert "error" not in result, (algorithm, params, result)
+        config = plan["config"]
+        for key in ("rl", "rl_beta", "dpo_loss_type", "dpo_label_smoothing", "simpo_gamma", "cpo_alpha",
+                    "kto_desirable_weight", "kto_undesirable_weight", "excess_length_strategy"):
+            assert result[key] == config.get(key), (key, result[key], config.get(key))
+        assert result["dataset"]["type"] is None and result["remove_unused_columns"] is False
+    assert checked[2]["excess_length_strategy"] == "drop" and checked[5]["excess_length_strategy"] == "raise"
+    assert (checked[-1]["micro_batch_size"], checked[-1]["batch_size"]) == (4, 4)
+    assert "error" in rejected and "rl" in rejected["error"]
+
+
+def test_rows_rendered_with_the_models_chat_template(tiny_model: Path) -> None:
+    from thub_plugin_axolotl.runner import preference_texts
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    prompt = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    rows = [{"prompt": prompt, "chosen": [{"role": "assistant", "content": "hello"}],
+             "rejected": [{"role": "assistant", "content": "go"}]}]
+    (pair,) = preference_texts("dpo", rows, ["p.jsonl:1"], tokenizer)
+    assert pair["prompt"] == tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    assert pair["prompt"].endswith("<|im_start|>assistant\n")
+    assert (pair["chosen"], pair["rejected"]) == ("hello<|im_end|>\n", "go<|im_end|>\n")
+    kto = [{"prompt": prompt, "completion": [{"role": "assistant", "content": "ok"}], "label": False}]
+    assert preference_texts("kto", kto, ["k.jsonl:1"], tokenizer)[0] == {
+        "prompt": pair["prompt"], "completion": "ok<|im_end|>\n", "label": False}
+
+
+def test_a_template_that_rewrites_the_prompt_is_refused_by_row(tiny_model: Path) -> None:
+    """A template whose generation prompt is not the start of prompt + answer (here: a system turn
+    it only adds with an assistant turn present) leaves no place where the answer starts."""
+    from thub_plugin_axolotl.runner import preference_texts
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer.chat_template = ("{% if messages[-1].role == 'assistant' %}SYSTEM {% endif %}"
+                               "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}assistant: {% endif %}")
+    rows = [{"prompt": [{"role": "user", "content": "hi"}], "chosen": [{"role": "assistant", "content": "a"}],
+             "rejected": [{"role": "assistant", "content": "b"}]}]
+    with pytest.raises(UsageError, match=r"p.jsonl:3.chosen: the model's chat template does not render the prompt"):
+        preference_texts("dpo", rows, ["p.jsonl:3"], tokenizer)

@@ -22,7 +22,7 @@ README = "thub-plugin-axolotl/README.md"
 def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
     register(BackendSpec(
         name=BACKEND,
-        summary="axolotl (HF Trainer): sft, lora_sft, continued pretraining (completion); CPU or GPU (CPU runs not in "
+        summary="axolotl (HF Trainer): sft, lora_sft, continued pretraining, dpo, kto; CPU or GPU (CPU runs not in "
                 "CI).",
         algorithms=HONOURED,
         runner="thub_plugin_axolotl.runner:run",

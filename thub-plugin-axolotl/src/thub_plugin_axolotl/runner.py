@@ -53,7 +53,32 @@ def thub_examples(rows: list[dict[str, Any]], locations: list[str], tokenizer: A
     return [{**e, "attention_mask": [1] * len(e["input_ids"])} for e in examples], lines
 
 
-def write_files(plan: dict[str, Any], examples: list[dict[str, list[int]]], resume_from: str | None) -> str:
+def preference_texts(algorithm: str, rows: list[dict[str, Any]], locations: list[str],
+                     tokenizer: Any) -> list[dict[str, Any]]:
+    """thub's canonical dpo/kto rows as the strings axolotl's RL data path trains as they are:
+    ``prompt`` is the prompt rendered by the model's chat template with its generation prompt, each
+    answer the text the template adds after it (``chosen``/``rejected``, or ``completion`` with
+    ``label``). A template that does not render the prompt as the start of prompt + answer is an
+    error naming the row (the answer would not be where TRL looks for it)."""
+    names = ("chosen", "rejected") if algorithm == "dpo" else ("completion",)
+    out = []
+    for row, where in zip(rows, locations, strict=True):
+        prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        texts: dict[str, Any] = {"prompt": prompt}
+        for name in names:
+            full = tokenizer.apply_chat_template(row["prompt"] + row[name], tokenize=False)
+            if not full.startswith(prompt):
+                raise UsageError(f"{where}.{name}: the model's chat template does not render the prompt (with its "
+                                 "generation prompt) as the start of prompt + answer, so the answer cannot be "
+                                 "separated from it for axolotl")
+            texts[name] = full[len(prompt):]
+        if algorithm == "kto":
+            texts["label"] = bool(row["label"])
+        out.append(texts)
+    return out
+
+
+def write_files(plan: dict[str, Any], examples: list[dict[str, Any]], resume_from: str | None) -> str:
     """Write ``examples`` where the plan's dataset entry reads them, and the config.yaml axolotl
     reads; returns the config file's path."""
     import yaml
@@ -79,6 +104,12 @@ def write_inputs(context: RunContext, plan: dict[str, Any]) -> list[str]:
     params = context.params
     validated = context.data()  # the rows thub validated before the run (datasets and mixing applied)
     tokenizer = load_tokenizer(params["model_path"], trust_remote_code=bool(params.get("trust_remote_code")))
+    if context.algorithm in ("dpo", "kto"):  # strings: axolotl's RL path (TRL's trainer) tokenizes them
+        texts = preference_texts(context.algorithm, validated.rows, validated.locations, tokenizer)
+        write_files(plan, texts, context.resume_from)
+        noun = "pairs" if context.algorithm == "dpo" else "answers"
+        return [f"thub: rendered {len(texts)} {noun} with the model's chat template for axolotl "
+                f"(rl: {plan['config']['rl']})"]
     examples, lines = thub_examples(validated.rows, validated.locations, tokenizer, plan["data"])
     if not examples:
         raise UsageError("no example left to train on after tokenizing (see the warnings above)")

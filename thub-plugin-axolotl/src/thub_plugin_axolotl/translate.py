@@ -33,12 +33,43 @@ _SFT = frozenset({
 })
 _LORA = frozenset({"lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora"})
 
-HONOURED: dict[str, frozenset[str]] = {"sft": _SFT, "lora_sft": _SFT | _LORA}
+# Preference tuning: thub renders each row with the model's chat template into the prompt/answer
+# strings axolotl's RL data path trains (runner.preference_texts); no thub masks, packing,
+# pretraining blocks or validation split there. axolotl has no reference-model path (it loads
+# base_model again) and TRL >= 0.27 takes no max_prompt_length: neither is honoured.
+_PREFERENCE = _SFT - {"unmask_messages", "packing", "is_pretraining", "block_size", "validation_split",
+                      "validation_frequency", "use_liger"}
+_DPO = _PREFERENCE | {"beta", "loss_type", "label_smoothing", "simpo_gamma"}
+_KTO = _PREFERENCE | {"beta", "desirable_weight", "undesirable_weight"}
+
+HONOURED: dict[str, frozenset[str]] = {"sft": _SFT, "lora_sft": _SFT | _LORA, "dpo": _DPO, "kto": _KTO}
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "sft": {"num_epochs": 1, "learning_rate": 2e-5, "max_seq_len": 1024, "effective_batch_size": 8},
     "lora_sft": {"num_epochs": 1, "learning_rate": 2e-4, "max_seq_len": 1024, "effective_batch_size": 8},
+    # axolotl's own DPO/KTO examples (examples/*/dpo*.yaml, kto*.yaml) train at 5e-6 or below
+    "dpo": {"num_epochs": 1, "learning_rate": 5e-6, "max_seq_len": 1024, "effective_batch_size": 8},
+    "kto": {"num_epochs": 1, "learning_rate": 5e-6, "max_seq_len": 1024, "effective_batch_size": 8},
 }
+
+#: thub's dpo loss_type -> axolotl's ``rl`` and extra config: sigmoid/ipo/hinge are TRL's DPOTrainer
+#: losses (``dpo_loss_type``, axolotl's recommended form for ipo), orpo and simpo their own trainers
+DPO_LOSSES: dict[str, dict[str, Any]] = {
+    "sigmoid": {"rl": "dpo", "dpo_loss_type": ["sigmoid"]},
+    "ipo": {"rl": "dpo", "dpo_loss_type": ["ipo"]},
+    "hinge": {"rl": "dpo", "dpo_loss_type": ["hinge"]},
+    "orpo": {"rl": "orpo"},
+    # SimPO as LLaMA-Factory and the paper define it: no behaviour-cloning term (CPOConfig's
+    # cpo_alpha is 1.0 by default: CPO-SimPO)
+    "simpo": {"rl": "simpo", "cpo_alpha": 0.0},
+}
+#: TRL CPOConfig's own simpo_gamma, written out: axolotl passes simpo_gamma: null through otherwise
+SIMPO_GAMMA = 0.5
+
+PREFERENCE_NOTE = ("thub renders each row with the model's chat template (the prompt with the generation prompt; "
+                   "each answer as the text the template adds after it) into the prompt/chosen/rejected or "
+                   "prompt/completion/label strings axolotl's RL data path takes as they are (no dataset type); "
+                   "TRL's trainer under axolotl tokenizes them")
 
 DATA_NOTE = ("thub tokenizes the rows itself (the model's chat template, thub's masks and overlong policy; "
              "documents joined with EOS into block_size blocks) and axolotl trains those input_ids/labels as "
@@ -95,6 +126,35 @@ def _command(params: dict[str, Any], world: int, config_file: str) -> str:
     return f"axolotl train {config_file} --launcher torchrun --{extra}"
 
 
+def _preference(algorithm: str, params: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` for axolotl's RL trainers (changed in place); returns the plan's data section."""
+    config.update({"rl_beta": params["beta"], "remove_unused_columns": False})
+    if algorithm == "dpo":
+        config.update(DPO_LOSSES[params["loss_type"]])
+        if params.get("label_smoothing") is not None:
+            config["dpo_label_smoothing"] = params["label_smoothing"]
+        if params["loss_type"] == "simpo":
+            given = params.get("simpo_gamma")
+            config["simpo_gamma"] = SIMPO_GAMMA if given is None else given
+    else:
+        config.update({"rl": "kto", "kto_desirable_weight": params["desirable_weight"],
+                       "kto_undesirable_weight": params["undesirable_weight"]})
+    for key in ("sample_packing", "min_sample_len"):  # SFT data settings axolotl's RL path does not read
+        config.pop(key)
+    reference_free = algorithm == "dpo" and params["loss_type"] in ("orpo", "simpo")
+    return {
+        "mode": algorithm,
+        "rendered_by": "thub",
+        "tokenized_by": "axolotl (TRL's trainer)",
+        "note": PREFERENCE_NOTE,
+        "file": config["datasets"][0]["path"],
+        "max_seq_len": params["max_seq_len"],
+        "overlong": str(params["overlong"]),
+        "reference": "none (reference-free loss)" if reference_free else
+        f"a frozen copy of the initial policy ({params['model_path']})",
+    }
+
+
 def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     """The axolotl config, command and environment for ``params``."""
     if algorithm not in HONOURED:
@@ -103,7 +163,8 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     work = f"{run_dir}/axolotl"
     world = world_size(params)
     micro, accumulation = split_batch(params["effective_batch_size"], world, MAX_MICRO_BATCH)
-    pretraining = bool(params.get("is_pretraining"))
+    preference = algorithm in ("dpo", "kto")
+    pretraining = not preference and bool(params.get("is_pretraining"))
     overlong = str(params["overlong"])
     gpu = cuda_visible()
     data_file = f"{work}/train.jsonl"
@@ -116,9 +177,9 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         # thub's examples, tokenized by thub (runner.write_inputs): axolotl trains these tokens
         "datasets": [tokenized_dataset(data_file)],
         "dataset_prepared_path": f"{work}/prepared",
-        "val_set_size": float(params.get("validation_split") or 0.0),
+        "val_set_size": 0.0 if preference else float(params.get("validation_split") or 0.0),
         "sequence_len": params["block_size"] if pretraining else params["max_seq_len"],
-        "sample_packing": bool(params.get("packing")),
+        "sample_packing": not preference and bool(params.get("packing")),
         # thub applied `overlong` to every example already, so none is longer than sequence_len and
         # axolotl leaves none out; its own strategy is still thub's policy, never its silent `drop` default
         "excess_length_strategy": EXCESS_LENGTH[overlong],
@@ -155,9 +216,9 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     config.update(optional_training_args(params))
     if params.get("lr_scheduler") is not None:  # unset: axolotl's own (its schema's cosine)
         config["lr_scheduler"] = params["lr_scheduler"]
-    if params.get("validation_split"):
+    if not preference and params.get("validation_split"):
         config.update({"eval_strategy": "steps", "eval_steps": params["validation_frequency"]})
-    if params.get("use_liger"):
+    if not preference and params.get("use_liger"):
         config["plugins"].append(LIGER_PLUGIN)
         config.update({"liger_rope": True, "liger_rms_norm": True, "liger_glu_activation": True,
                        "liger_fused_linear_cross_entropy": True})
@@ -173,6 +234,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
         if not gpu:  # axolotl auto-enables its Triton LoRA kernels, which need a GPU
             config.update({"lora_mlp_kernel": False, "lora_qkv_kernel": False, "lora_o_kernel": False})
     config.update(_loggers(params))
+    data = _preference(algorithm, params, config) if preference else None
     config_file = f"{work}/config.yaml"
     environment = {"AXOLOTL_DO_NOT_TRACK": "1"}
     if params.get("tensorboard_log_dir"):
@@ -180,7 +242,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     return {
         "config_file": config_file,
         "config": config,
-        "data": {
+        "data": data or {
             "mode": "pretraining" if pretraining else "chat",
             "tokenized_by": "thub",
             "note": DATA_NOTE,
