@@ -232,7 +232,8 @@ def test_preference_run_learns_the_preference(algorithm: str, epochs: str, examp
     assert last > first, (first, last)
     assert result["built"]["examples"] == examples
     log = (out / "logs" / "train.log").read_text()
-    assert f"prepared {examples} of {examples} {'pairs' if algorithm == 'dpo' else 'answers'}" in log
+    said = "pairs" if algorithm == "dpo" else "answers (12 desirable, 12 undesirable)"
+    assert f"prepared {examples} of {examples} {said}" in log
 
 
 @pytest.mark.slow

@@ -111,7 +111,11 @@ def preference_dataset(context: Any, plan: Mapping[str, Any], tokenizer: Any) ->
     settings = plan["data"]
     examples, stats = tokenize_preference(data.rows, data.locations, tokenizer, settings["mode"],
                                           settings["max_seq_len"], settings["overlong"])
-    print(f"thub: prepared {stats.rows_out} of {stats.rows_in} {stats.noun}", flush=True)
+    balance = ""
+    if settings["mode"] == "unpaired":  # what desirable_weight/undesirable_weight balance
+        desirable = sum(1 for example in examples if example["label"])
+        balance = f" ({desirable} desirable, {len(examples) - desirable} undesirable)"
+    print(f"thub: prepared {stats.rows_out} of {stats.rows_in} {stats.noun}{balance}", flush=True)
     for warning in stats.warnings():
         print(f"thub: WARNING: {warning}", flush=True)
     if not examples:
