@@ -76,6 +76,8 @@ _EXPORTS: dict[str, str] = {
     # resuming a library that finds its own checkpoints: thub decides which one
     "library_resume_point": "thub.runner.checkpoints",
     "saved_file_problem": "thub.runner.checkpoints",
+    # after training: an adapter merged into its base (PEFT's merge; `thub checkpoint merge` is the same)
+    "merge_adapter": "thub.checkpoint.merge",
     # files
     "write_text_atomic": "thub.fileio",
     # Hugging Face Trainer based libraries
@@ -98,6 +100,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ imports on use
+    from thub.checkpoint.merge import merge_adapter
     from thub.data import load_tokenizer, tokenize_chat
     from thub.data.blocks import pretraining_blocks
     from thub.data.expected import processed_samples

@@ -325,7 +325,7 @@ def detect(folder: str | Path) -> Checkpoint | None:
         found = _deepspeed(path, writer, step)
     elif "pytorch_model_fsdp_0" in names or any(_FSDP_BIN.match(n) for n in names):
         found = _accelerate_fsdp(path, writer, step)
-    elif ".metadata" in names and any(n.endswith(".distcp") for n in names):
+    elif ".metadata" in names:  # its .distcp files may be gone: the metadata names them
         found = _dcp(path, "torch-dcp", writer, step)
     elif trainer and "trainer_state.json" in names:
         problem = checkpoint_problem(path) or "no weights of a known layout"

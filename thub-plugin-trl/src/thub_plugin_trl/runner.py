@@ -88,24 +88,25 @@ def _model_kwargs(plan: dict[str, Any]) -> dict[str, Any]:
 
 def save_merged(model: dict[str, Any], adapter_dir: str, merged_dir: str, tokenizer: Any) -> None:
     """The base model (``model``: the plan's path and trust_remote_code) in 16 bits with the adapter
-    in ``adapter_dir`` merged in (peft's ``merge_and_unload``), saved with the tokenizer to ``merged_dir``.
+    in ``adapter_dir`` merged in, saved to ``merged_dir`` by thub's one merge
+    (``thub.backend.merge_adapter``: peft's ``merge_and_unload``, the tokenizer saved with the
+    adapter, as ``thub checkpoint merge``).
 
     The base is loaded afresh, unquantised, on the CPU: a QLoRA adapter is merged into the
-    16-bit weights, and the trained model on the GPU is left as it is.
+    16-bit weights (merge_adapter warns), and the trained model on the GPU is left as it is.
+    ``tokenizer`` was saved into ``adapter_dir`` before; the merge takes it from there.
     """
-    import torch
-    from peft import PeftModel
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
+
+    from thub.backend import merge_adapter
 
     config = AutoConfig.from_pretrained(model["path"], trust_remote_code=model["trust_remote_code"])
     stored = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "")
-    dtype = torch.float16 if stored.endswith("float16") and "bfloat16" not in stored else torch.bfloat16
-    base = AutoModelForCausalLM.from_pretrained(model["path"], dtype=dtype,
-                                                trust_remote_code=model["trust_remote_code"])
-    merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
-    merged.save_pretrained(merged_dir)
-    tokenizer.save_pretrained(merged_dir)
-    print(f"thub: merged {str(dtype).removeprefix('torch.')} model saved to {merged_dir}", flush=True)
+    dtype = "float16" if stored.endswith("float16") and "bfloat16" not in stored else "bfloat16"
+    merge_adapter(adapter_dir, merged_dir, base=model["path"], dtype=dtype,
+                  trust_remote_code=model["trust_remote_code"],
+                  warn=lambda message: print(f"thub: warning: {message}", flush=True))
+    print(f"thub: merged {dtype} model saved to {merged_dir}", flush=True)
 
 
 def mixed_precision(config: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,42 @@
+"""``thub checkpoint merge ADAPTER --out DIR [--base MODEL]``: adapter + base -> one full HF model."""
+
+from __future__ import annotations
+
+import click
+
+from thub.cli.checkpoint import dry_run_option, json_option
+
+SUMMARY = "Merge a LoRA/DoRA/rsLoRA adapter into its base (PEFT's merge_and_unload): a full safetensors model."
+
+
+@click.command("merge", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("adapter", type=click.Path())
+@click.option("--out", required=True, type=click.Path(), help="Folder for the merged model (new or empty).")
+@click.option("--base", default=None, help="Base model folder (default: the adapter's base_model_name_or_path).")
+@json_option
+@dry_run_option
+def merge(adapter: str, out: str, base: str | None, as_json: bool, dry_run: bool) -> None:
+    """The base is loaded unquantised on the CPU in its own dtype, a QLoRA adapter too (with a
+    warning); the merged model is saved with the tokenizer, chat template and thub_merge.json
+    (what `thub checkpoint verify OUT` compares the logits with). Nothing is written on failure."""
+    from thub.checkpoint.merge import merge_adapter, plan_merge
+    from thub.ui.output import emit_json, stdout_console
+
+    if dry_run:
+        plan = plan_merge(adapter, out, base)
+        for message in plan["warnings"]:
+            click.echo(f"warning: {message}", err=True)
+        if as_json:
+            emit_json({"schema_version": 1, "dry_run": True, **plan})
+            return
+        stdout_console().print(f"would merge {plan['adapter']} ({plan['peft_type']}"
+                               f"{', DoRA' if plan['use_dora'] else ''}{', rsLoRA' if plan['use_rslora'] else ''}) "
+                               f"into {plan['base']} in {plan['dtype']}, tokenizer from {plan['tokenizer_from']}, "
+                               f"and save it to {plan['out']}; nothing written (--dry-run)")
+        return
+    done = merge_adapter(adapter, out, base)
+    if as_json:
+        emit_json({"schema_version": 1, "dry_run": False, **done})
+        return
+    stdout_console().print(f"merged {done['adapter']} into {done['base']} ({done['dtype']}): {done['out']}\n"
+                           f"check it: thub checkpoint verify {done['out']}")
