@@ -31,7 +31,7 @@ def test_plugins_json_lists_builtins(thub_cli) -> None:
     names = {p["name"]: p for p in data["plugins"]}
     assert data["schema_version"] == 1
     assert names["thub_builtins.algorithms"]["registered"]["algorithms"] == ["sft", "osft", "lora_sft", "grpo",
-                                                                             "lora_grpo"]
+                                                                             "lora_grpo", "dpo", "kto"]
     assert names["thub_builtins.rewards"]["registered"]["rewards"] == ["binary", "math", "tool_call"]
     assert names["trl"]["distribution"] == "thub-plugin-trl"
     assert "thub_register_backends" in names["trl"]["hooks"]

@@ -34,7 +34,7 @@ class _Trl(BackendContract):
     plugin_module = "thub_plugin_trl"
     _base = {"model_path": "m", "data_path": "d.jsonl", "ckpt_output_dir": "o"}
     samples = {"sft": _base, "lora_sft": _base, "grpo": {**_base, "reward": ["math"]},
-               "lora_grpo": {**_base, "reward": ["math"]}}
+               "lora_grpo": {**_base, "reward": ["math"]}, "dpo": _base, "kto": _base}
 
 
 def test_a_wrong_readme_default_fails(tmp_path: Path) -> None:

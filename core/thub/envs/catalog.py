@@ -60,7 +60,7 @@ CATALOG: dict[str, PluginEntry] = {
     for entry in (
         PluginEntry("trl", "thub-plugin-trl", "thub-plugin-trl", gpu_extras=("cuda",),
                     notes="TRL + PEFT + transformers; trains on CPU or GPU",
-                    algorithms=("sft", "lora_sft", "grpo", "lora_grpo")),
+                    algorithms=("sft", "lora_sft", "grpo", "lora_grpo", "dpo", "kto")),
         PluginEntry("mini-trainer", "thub-plugin-minitrainer", "thub-plugin-minitrainer",
                     default_extras=("mini-trainer",), gpu_extras=("cuda",),
                     notes="rhai-innovation-mini-trainer (datasets>=5); trains on NVIDIA GPUs; "
@@ -88,7 +88,7 @@ CATALOG: dict[str, PluginEntry] = {
                     default_extras=("llamafactory",),
                     notes="llamafactory 0.9.5 (transformers<=5.6, datasets<=4.0, trl<=0.24): conflicts with "
                           "trl 1.16 and mini-trainer, use --into managed; trains on CPU or GPU",
-                    algorithms=("sft", "lora_sft")),
+                    algorithms=("sft", "lora_sft", "dpo", "kto")),
         # axolotl itself requires triton and nvidia-ml-py (CUDA packages) on every machine: a GPU-less
         # install gets the plugin only unless asked (--gpu, or --extra axolotl on a CPU machine)
         PluginEntry("axolotl", "thub-plugin-axolotl", "thub-plugin-axolotl", gpu_extras=("axolotl",),
@@ -96,7 +96,7 @@ CATALOG: dict[str, PluginEntry] = {
                     notes="axolotl 0.19 (transformers==5.16.1, datasets==4.8.4, trl==1.9.0, peft==0.20.0; "
                           "4.3 GB; requires triton): use --into managed --gpu (or --extra axolotl without a "
                           "GPU); its PyPI dependency `art` collides with openpipe-art",
-                    algorithms=("sft", "lora_sft")),
+                    algorithms=("sft", "lora_sft", "dpo", "kto")),
     )
 }
 ALIASES = {"minitrainer": "mini-trainer", "mini_trainer": "mini-trainer", "ilab": "instructlab",
