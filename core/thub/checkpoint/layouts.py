@@ -367,3 +367,22 @@ def find(root: str | Path, depth: int = 4) -> list[Checkpoint]:
     """Every checkpoint under ``root`` (``root`` itself when it is one), by path; a checkpoint's
     own subfolders are not searched (a ZeRO tag folder is part of its checkpoint)."""
     return sorted(_walk(Path(root), depth), key=lambda c: (str(Path(c.path).parent), c.step or 0, c.path))
+
+
+def final_model(path: str | None) -> dict[str, Any] | None:
+    """``result.json``'s ``final_model``: the run's final model with its layout, whether it is
+    complete and loads as it is (``AutoModelForCausalLM.from_pretrained``), and, where it does not,
+    the ``thub checkpoint`` command that makes it so (``next``). None without a final model."""
+    if not path:
+        return None
+    found = detect(path)
+    if found is None:
+        return {"path": str(path), "layout": None, "loadable": False, "complete": False,
+                "problem": "not a checkpoint of a known layout", "dtype": None}
+    entry: dict[str, Any] = {"path": found.path, "layout": found.layout, "loadable": found.loadable,
+                             "complete": found.complete, "problem": found.problem, "dtype": found.dtype}
+    if found.complete and found.layout == "peft-adapter":
+        entry["next"] = f"thub checkpoint merge {found.path} --out DIR"
+    elif found.complete and not found.loadable:
+        entry["next"] = f"thub checkpoint consolidate {found.path} --out DIR"
+    return entry

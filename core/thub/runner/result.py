@@ -24,8 +24,9 @@ def write_result(run_dir: RunDirectory, result: dict[str, Any], *, started: floa
     ``result`` holds the outcome (``status``, ``error``, ``reason``, ...); this adds ``run_dir``,
     ``checkpoints`` and ``last_metrics`` (from the run's event and metrics files unless the
     caller followed them already), ``wall_seconds`` since ``started``, ``log``, ``outputs``,
-    ``final_checkpoint`` (None unless set), ``reached_step``, ``built`` (what the library built, where it was
-    measured: ``built.json``) and the chat-template check of the saved checkpoints
+    ``final_checkpoint`` (None unless set), ``final_model`` (its layout and whether it loads as it
+    is, :func:`thub.checkpoint.layouts.final_model`), ``reached_step``, ``built`` (what the library
+    built, where it was measured: ``built.json``) and the chat-template check of the saved checkpoints
     against ``model_path``; then redacts every value (an error may quote a URI with its
     password). A write error (a full disk) is one line on stderr and a ``note``, not a
     traceback. Returns the record as written.
@@ -50,6 +51,9 @@ def write_result(run_dir: RunDirectory, result: dict[str, Any], *, started: floa
         "outputs": sorted({*run_dir.outputs_since(record.get("user_entries")), run_dir.result.name}),
     }
     result.setdefault("final_checkpoint", None)
+    from thub.checkpoint.layouts import final_model
+
+    result["final_model"] = final_model(result["final_checkpoint"])  # its layout, loadable as it is
     from thub.runner.built import SUMMARY_FIELDS, read_built
 
     built = read_built(run_dir.path)  # what the library built, measured before step 1 (thub.runner.built)
