@@ -188,6 +188,7 @@ def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
     from thub.data.kinds import kind_spec
     from thub.data.loading import load_sources
     from thub.data.preview import PreviewView, panels
+    from thub.data.templates import TemplateRejected
 
     loaded = load_sources(_sources(paths, datasets, data_format))
     spec = kind_spec(loaded[0].kind)
@@ -196,7 +197,11 @@ def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
     report = []
     for item in loaded:
         for row, location in list(zip(item.rows, item.locations, strict=True))[:count]:
-            shown = panels(row, view, item.kind)
+            try:
+                shown = panels(row, view, item.kind)
+            except TemplateRejected as exc:  # the template's own raise_exception: the row is the problem
+                raise UsageError(f"{location}: expected a row {model}'s chat template renders, found one it "
+                                 f"refuses: {exc}") from None
             first = {k: v for k, v in shown[0].items() if k != "title"}  # one-panel kinds: the example itself
             report.append({"source": item.source.path, "location": location, "format": item.format, **first,
                            "panels": shown})
@@ -218,16 +223,45 @@ def preview(model: str, paths: tuple[str, ...], datasets: tuple[str, ...], data_
             out.rule(header)
         else:
             out.print(f"==> {header} <==", markup=False)
-        for panel in example["panels"]:
-            _print_panel(out, panel, coloured)
+        shown = example["panels"]
+        if coloured and len(shown) > 1 and out.width >= _PANEL_WIDTH * len(shown):
+            _print_side_by_side(out, shown)  # chosen | rejected: the masks compared at a glance
+        else:  # piped: one after the other, so each panel's text stays greppable whole
+            for panel in shown:
+                _print_panel(out, panel, coloured)
 
 
-def _print_panel(out: Any, panel: dict[str, Any], coloured: bool) -> None:
-    """One panel of a previewed row: its title, the text with trained tokens marked, the counts."""
+_PANEL_WIDTH = 40  # narrowest column worth showing a panel in, side by side
+
+
+def _print_side_by_side(out: Any, shown: list[dict[str, Any]]) -> None:
+    """Several panels of one row (a preference pair's chosen and rejected) in columns."""
+    from rich.console import Group
+    from rich.table import Table
     from rich.text import Text
 
-    if panel.get("title"):
-        out.print(f"-- {panel['title']} --", markup=False)
+    grid = Table.grid(padding=(0, 2), expand=True)
+    for _ in shown:
+        grid.add_column(ratio=1)
+    cells = []
+    for panel in shown:
+        counts = Text.from_markup(f"[bold]{panel['tokens']}[/bold] tokens, [green]{panel['trained_tokens']} "
+                                  f"trained[/green]" + (" [yellow](truncated)[/yellow]" if panel["truncated"] else ""))
+        cells.append(Group(Text(str(panel.get("title") or ""), style="bold underline"),
+                           _marked_text(panel, coloured=True), counts))
+    grid.add_row(*cells)
+    out.print(grid)
+    out.print("legend: [bold green]trained[/bold green] [dim]masked[/dim]")
+    for panel in shown:
+        if panel["trained_tokens"] == 0 and panel.get("trains", True):
+            console().print(f"[red]warning:[/red] no trained token in {panel.get('title')}: check roles and the "
+                            "chat template")
+
+
+def _marked_text(panel: dict[str, Any], coloured: bool) -> Any:
+    """The panel's text with its trained tokens marked: green (a terminal) or between [[ and ]]."""
+    from rich.text import Text
+
     text = Text()
     for segment in panel["segments"]:
         if coloured:
@@ -236,7 +270,14 @@ def _print_panel(out: Any, panel: dict[str, Any], coloured: bool) -> None:
             text.append(f"[[{segment['text']}]]")  # without colour the markers carry the mask
         else:
             text.append(segment["text"])
-    out.print(text)
+    return text
+
+
+def _print_panel(out: Any, panel: dict[str, Any], coloured: bool) -> None:
+    """One panel of a previewed row: its title, the text with trained tokens marked, the counts."""
+    if panel.get("title"):
+        out.print(f"-- {panel['title']} --", markup=False)
+    out.print(_marked_text(panel, coloured))
     cut = " [yellow](truncated to max_seq_len)[/yellow]" if panel["truncated"] else ""
     legend = "[bold green]trained[/bold green] [dim]masked[/dim]" if coloured else r"\[\[trained]] masked"
     out.print(f"[bold]{panel['tokens']}[/bold] tokens, [green]{panel['trained_tokens']} trained[/green]{cut}"
