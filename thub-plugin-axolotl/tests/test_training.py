@@ -29,6 +29,12 @@ def ax_env() -> dict[str, str]:
     data_dir = os.environ.get("AXOLOTL_TEST_DATA_DIR")
     if not data_dir or not (Path(data_dir) / "envs" / "axolotl" / "thub-env.json").exists():
         pytest.skip("axolotl's managed environment (4.3 GB) is not built in CI: set AXOLOTL_TEST_DATA_DIR")
+    from thub.envs.installer import refresh_manifest
+    from thub.envs.manifest import read_manifest
+
+    # the manifest keeps the backend's registration as installed: describe the plugin (installed
+    # editable there) again, so that an algorithm new in this checkout is the managed env's too
+    refresh_manifest(read_manifest(Path(data_dir) / "envs" / "axolotl" / "thub-env.json"))
     environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
     environ.update({"THUB_DATA_DIR": data_dir, "THUB_DISABLE_PLUGINS": "axolotl", "CUDA_VISIBLE_DEVICES": ""})
     return environ
@@ -146,3 +152,40 @@ def test_compare_with_trl_on_the_edge_cases_finds_no_difference(ax_env: dict[str
     assert document["differences"] == [] and document["first_difference"] is None
     for ours, theirs in zip(trl["steps"], axolotl["steps"], strict=True):
         assert theirs["loss"] == pytest.approx(ours["loss"], rel=1e-3)
+
+
+def _preference_file(path: Path, algorithm: str) -> Path:
+    """Six rows with one learnable preference (a friendly answer over a curt one), in thub's canonical
+    dpo (prompt/chosen/rejected) or kto (prompt/completion/label) shape."""
+    rows = []
+    for i in range(6):
+        prompt = [{"role": "user", "content": f"Can you help with task {i}?"}]
+        good, bad = [{"role": "assistant", "content": f"Of course, task {i} is done."}], [
+            {"role": "assistant", "content": "No."}]
+        rows.append({"prompt": prompt, "chosen": good, "rejected": bad} if algorithm == "dpo" else
+                    {"prompt": prompt, "completion": good if i % 2 else bad, "label": bool(i % 2)})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize("algorithm", ["dpo", "kto"])
+def test_cpu_preference_run_logs_rewards(ax_env: dict[str, str], tiny_model: Path, tmp_path: Path,
+                                         algorithm: str) -> None:
+    """axolotl's RL trainers (TRL's) on the strings thub rendered: the reference is the initial
+    policy, so the first DPO loss is ln 2 (KTO's 0.5), and TRL's rewards reach thub's metrics."""
+    import math
+
+    out = tmp_path / algorithm
+    done = subprocess.run([sys.executable, "-m", "thub", "train", algorithm, "--backend", "axolotl", "--model-path",
+                           str(tiny_model), "--data-path", str(_preference_file(tmp_path / "p.jsonl", algorithm)),
+                           "--ckpt-output-dir", str(out), "--max-steps", "4", "--effective-batch-size", "2",
+                           "--learning-rate", "5e-3"], capture_output=True, text=True, env=ax_env, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
+    assert json.loads((out / "result.json").read_text())["status"] == "succeeded"
+    lines = read_metrics(out / "training_metrics.jsonl")
+    assert [line["step"] for line in lines] == [1, 2, 3, 4]
+    assert lines[0]["loss"] == pytest.approx(math.log(2) if algorithm == "dpo" else 0.5, abs=1e-3)
+    assert all("rewards/chosen" in line or "rewards/rejected" in line for line in lines)
+    if algorithm == "dpo":
+        assert lines[-1]["rewards/margins"] > lines[0]["rewards/margins"]
+    assert json.loads((out / "built.json").read_text())["examples"] == 6

@@ -103,13 +103,17 @@ def write_inputs(context: RunContext, plan: dict[str, Any]) -> list[str]:
 
     params = context.params
     validated = context.data()  # the rows thub validated before the run (datasets and mixing applied)
-    tokenizer = load_tokenizer(params["model_path"], trust_remote_code=bool(params.get("trust_remote_code")))
+    trust = bool(params.get("trust_remote_code"))
     if context.algorithm in ("dpo", "kto"):  # strings: axolotl's RL path (TRL's trainer) tokenizes them
-        texts = preference_texts(context.algorithm, validated.rows, validated.locations, tokenizer)
+        from transformers import AutoTokenizer  # the template rendered as the trainer's tokenizer renders it
+
+        texts = preference_texts(context.algorithm, validated.rows, validated.locations,
+                                 AutoTokenizer.from_pretrained(params["model_path"], trust_remote_code=trust))
         write_files(plan, texts, context.resume_from)
         noun = "pairs" if context.algorithm == "dpo" else "answers"
         return [f"thub: rendered {len(texts)} {noun} with the model's chat template for axolotl "
                 f"(rl: {plan['config']['rl']})"]
+    tokenizer = load_tokenizer(params["model_path"], trust_remote_code=trust)
     examples, lines = thub_examples(validated.rows, validated.locations, tokenizer, plan["data"])
     if not examples:
         raise UsageError("no example left to train on after tokenizing (see the warnings above)")
