@@ -62,7 +62,7 @@ PROBE = textwrap.dedent('''
         setattr(module, attribute, wrapped)
 
     _PATCHES = {
-        "thub.runner.supervisor": [("_validate_data", "validate"), ("_preflight", "preflight"),
+        "thub.runner.supervisor": [("_plan", "validate"), ("_preflight", "preflight"),
                                    ("supervise", "supervise")],
         "transformers.trainer": [],
     }

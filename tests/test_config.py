@@ -150,7 +150,8 @@ def test_python_api_rejects_unknown_parameter_with_suggestion(thub_registry) -> 
     with pytest.raises(UsageError,
                        match=r"api learning_rat: unknown parameter 'learning_rat' \(did you mean 'learning_rate'\?\)"):
         dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o", learning_rat=1e-5)
-    plan = dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o", learning_rate=1e-5)
+    chat = str(Path(__file__).parents[1] / "examples" / "data" / "chat.jsonl")  # the plan validates the data
+    plan = dry_run("sft", backend="trl", model_path="m", data_path=chat, ckpt_output_dir="o", learning_rate=1e-5)
     assert plan["parameters"]["learning_rate"] == {"value": 1e-5, "source": "api learning_rate"}
 
 

@@ -177,8 +177,14 @@ def thub(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None)
     return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, cwd=cwd, env=environ)
 
 
+def _data(folder: Path) -> None:
+    """``d.jsonl`` in ``folder``: a SLURM dry run validates its data as the submission does."""
+    (folder / "d.jsonl").write_text((ROOT / "examples" / "data" / "chat.jsonl").read_text())
+
+
 def test_dry_run_writes_and_shows_the_script_only(tmp_path: Path) -> None:
     out = tmp_path / "run; $(touch pwned)"
+    _data(tmp_path)
     done = thub("train", "sft", "--backend", "trl", "--model-path", "m", "--data-path", "d.jsonl",
                 "--ckpt-output-dir", str(out), "--launcher", "slurm", "--nodes", "2", "--gpus-per-node", "2",
                 "--effective-batch-size", "8", "--time", "10", "--max-restarts", "1", "--dry-run", cwd=tmp_path)
@@ -199,7 +205,8 @@ def test_dry_run_writes_and_shows_the_script_only(tmp_path: Path) -> None:
 
 
 def test_more_nodes_keep_the_global_batch_or_name_valid_values(tmp_path: Path) -> None:
-    base = ["train", "sft", "--backend", "trl", "--model-path", "m", "--data-path", "d.jsonl",
+    base = ["train", "sft", "--backend", "trl", "--model-path", "m", "--data-path",
+            str(ROOT / "examples" / "data" / "chat.jsonl"),
             "--ckpt-output-dir", str(tmp_path / "o"), "--launcher", "slurm", "--effective-batch-size", "12",
             "--dry-run", "--json"]
     for nodes, procs in (("1", "2"), ("3", "2"), ("1", "4")):

@@ -116,6 +116,7 @@ def test_tilde_is_expanded_in_the_python_api_and_a_literal_dollar_is_kept(tmp_pa
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("SCRATCH", "/scratch")
+    (tmp_path / "d.jsonl").write_text((Path(__file__).parents[1] / "examples" / "data" / "chat.jsonl").read_text())
     plan = api.dry_run("sft", backend="trl", model_path="~/m", data_path="~/d.jsonl",
                        ckpt_output_dir="~/runs/$SCRATCH")
     parameters = plan["parameters"]

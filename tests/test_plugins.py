@@ -231,7 +231,8 @@ def test_a_plugin_can_wrap_another_translation(thub_plugin) -> None:
     from thub.api import dry_run
 
     thub_plugin(("wrapper", _TranslationWrapper()))
-    plan = dry_run("sft", backend="trl", model_path="m", data_path="d", ckpt_output_dir="o")
+    chat = str(Path(__file__).parents[1] / "examples" / "data" / "chat.jsonl")  # the plan validates the data
+    plan = dry_run("sft", backend="trl", model_path="m", data_path=chat, ckpt_output_dir="o")
     assert plan["translation"]["config"]["report_to"] == ["trackio"]
     assert plan["parameters"]["model_path"] == {"value": "m", "source": "api model_path"}
 

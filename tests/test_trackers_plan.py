@@ -43,5 +43,6 @@ def test_dry_run_plan_names_each_trackers_route_and_destination(tmp_path: Path, 
 
 
 def test_no_tracker_no_section() -> None:
-    plan = thub.dry_run("sft", backend="trl", model_path="m", data_path="d.jsonl", ckpt_output_dir="out")
+    chat = str(Path(__file__).parents[1] / "examples" / "data" / "chat.jsonl")  # the plan validates the data
+    plan = thub.dry_run("sft", backend="trl", model_path="m", data_path=chat, ckpt_output_dir="out")
     assert "trackers" not in plan

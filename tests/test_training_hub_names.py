@@ -243,7 +243,9 @@ def test_grpo_names_map_on_verl(tmp_path: Path) -> None:
 
 @pytest.mark.needs_backend("mini-trainer")
 def test_processed_dataset_switch(tmp_path: Path) -> None:
-    plan = dry("osft", backend="mini-trainer", model_path="m", data_path=DATA, ckpt_output_dir=str(tmp_path),
+    processed = tmp_path / "processed.jsonl"  # the plan validates the data: pre-tokenized rows
+    processed.write_text(json.dumps({"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}) + "\n")
+    plan = dry("osft", backend="mini-trainer", model_path="m", data_path=str(processed), ckpt_output_dir=str(tmp_path),
                unfreeze_rank_ratio=0.25, effective_batch_size=16, max_tokens_per_gpu=4096, max_seq_len=1024,
                learning_rate=5e-6, use_processed_dataset=True)
     assert plan["parameters"]["data_format"]["value"] == "processed"

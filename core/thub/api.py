@@ -29,44 +29,15 @@ def _resolve(algorithm: str, backend: str | None, config: str | Path | None, all
                    flag_label="api", allow_ignored=allow_ignored)
 
 
-def plan_data(resolved: ResolvedConfig) -> dict[str, Any]:
-    """The dry-run plan: every value with its source, and the backend-native translation."""
-    from thub.redact import redact, redact_entries
-
-    values = resolved.values()
-    # secrets (URI passwords, ?token= values, *_token parameters) never reach the screen
-    return {
-        "schema_version": 1,
-        "algorithm": resolved.algorithm.name,
-        "backend": resolved.backend.name,
-        "backend_reason": resolved.backend_reason,
-        "parameters": redact_entries({k: {"value": v, "source": resolved.sources[k]} for k, v in values.items()}),
-        "ignored": redact(resolved.ignored),
-        "training_hub_notes": resolved.notes,
-        "translation": redact(get_registry().translate(resolved.algorithm.name, resolved.backend.name, values)),
-    }
-
-
-def dry_run_plan(resolved: ResolvedConfig) -> dict[str, Any]:
-    """:func:`plan_data`, the route of each tracker the run turns on and, for a distributed run,
-    the torchrun settings with their sources (what ``thub train ... --dry-run --json`` prints)."""
-    from thub.launch.torchrun import is_distributed, torchrun_sources
-    from thub.trackers import plan as tracker_plan
-
-    data = plan_data(resolved)
-    trackers = tracker_plan(resolved.values(), resolved.backend, resolved.algorithm.name)
-    if trackers:  # which process logs each tracker, and where its run goes
-        data["trackers"] = trackers
-    if is_distributed(resolved.values()):
-        data["torchrun"] = torchrun_sources(resolved.values(), resolved.sources)
-    return data
-
-
 def dry_run(algorithm: str, *, backend: str | None = None, config: str | Path | None = None,
             allow_ignored: bool = False, **params: Any) -> dict[str, Any]:
-    """Resolve and validate; return the plan without running anything (as ``--dry-run --json``)."""
+    """Resolve, validate the data and translate; return the plan without running anything (what
+    ``--dry-run --json`` prints: :mod:`thub.launch.plan`, the plan the real run uses). Bad input
+    (a missing or bad data file included) raises :class:`thub.errors.UsageError`."""
+    from thub.launch.plan import plan_for
+
     with python_api():
-        return dry_run_plan(_resolve(algorithm, backend, config, allow_ignored, params))
+        return plan_for(_resolve(algorithm, backend, config, allow_ignored, params)).as_dict()
 
 
 def train(algorithm: str, *, backend: str | None = None, config: str | Path | None = None,

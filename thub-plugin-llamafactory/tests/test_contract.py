@@ -131,6 +131,8 @@ def test_loggers() -> None:
 def test_slurm_dry_run_splits_the_global_batch_over_nodes(tmp_path: Path) -> None:
     """--launcher slurm: one thub worker per node starts torchrun (the backend's launcher); the job
     script shortens a long TMPDIR for AF_UNIX sockets; the global batch stays fixed."""
+    demo = Path(__file__).parents[2] / "examples" / "data" / "chat.jsonl"
+    (tmp_path / "d.jsonl").write_text(demo.read_text())  # the dry run's plan validates the data
     environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
     args = [sys.executable, "-m", "thub", "train", "sft", "--backend", "llamafactory", "--model-path", "m",
             "--data-path", "d.jsonl", "--ckpt-output-dir", str(tmp_path / "run"), "--launcher", "slurm",

@@ -52,12 +52,11 @@ def _make_command(algorithm: str) -> click.Command:
                                   overwrite=control["overwrite"], resume=control["resume"],
                                   command_line=["thub", *sys.argv[1:]]))
         if control["dry_run"]:
-            # The data gate of a real run, without a tokenizer: every source exists and passes
-            # `thub data check` (bad data: exit 2, nothing written).
-            from thub.data import training_rows
+            # the plan the real run builds (thub.launch.plan): the data gate without a tokenizer,
+            # the translation; bad input: exit 2, nothing written
+            from thub.launch.plan import plan_for
 
-            training_rows(resolved.values(), resolved.algorithm)  # with the gate: rows of a kind it trains on
-            show_plan(resolved, control["as_json"])
+            show_plan(plan_for(resolved, launch).as_dict(), control["as_json"])
             return
         from thub.runner import run_training
 

@@ -1,9 +1,10 @@
 """``thub train ... --launcher slurm``: from a resolved run to a submitted (or dry-run) job.
 
 Called by ``thub.cli.train``; kept here so the train command only gains a dispatch. The flow
-mirrors a local run: validate the data, prepare the run directory (refuse a finished run unless
-``--overwrite``), write ``thub_run.json`` (with a ``launch`` section: cluster, nodes, script,
-job ids), render the script into ``RUN_DIR/slurm/job.sbatch`` and submit it with its chain.
+mirrors a local run: build the plan (:mod:`thub.launch.plan`: the data gate, the translation, the
+script), prepare the run directory (refuse a finished run unless ``--overwrite``), write
+``thub_run.json`` (with a ``launch`` section: cluster, nodes, script, job ids), write the script
+into ``RUN_DIR/slurm/job.sbatch`` and submit it with its chain.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from thub.launch.options import LaunchOptions
 
 
-def _absolute_paths(resolved: Any) -> None:
+def absolute_paths(resolved: Any) -> None:
     """The job runs elsewhere: make the run directory absolute (other paths resolve from WORKDIR)."""
     values = resolved.values()
     absolute = os.path.abspath(values["ckpt_output_dir"])
@@ -53,53 +54,61 @@ def _warnings(resolved: Any, profile: Any) -> list[str]:
     return notes
 
 
+def slurm_launch(resolved: Any, options: LaunchOptions) -> tuple[Any, dict[str, Any]]:
+    """The :class:`~thub.launch.slurm.SlurmRequest` of a resolved run and the ``launch`` section
+    of its plan and ``thub_run.json`` (:mod:`thub.launch.plan` builds both)."""
+    from thub.launch import slurm
+
+    request = slurm_request(resolved, options)
+    section = {"launcher": "slurm", "cluster": request.profile.name, "nodes": request.nodes,
+               "procs_per_node": request.procs_per_node, "agents": request.agents, "time": request.wall_time,
+               "max_restarts": request.max_restarts, "script_path": str(request.script_path),
+               "sbatch": slurm.sbatch_commands(request), "warnings": _warnings(resolved, request.profile)}
+    return request, section
+
+
 def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_json: bool, overwrite: bool,
                  resume: bool, command_line: list[str]) -> int:
-    """Dry-run (render, write and show the script) or submit; returns the exit code."""
+    """Dry-run (render, write and show the script) or submit; returns the exit code.
+
+    Both build the run's plan (:func:`thub.launch.plan.plan_for`: the data gate, the translation,
+    the script) before anything is written, as a local run does."""
     from thub.launch import slurm
+    from thub.launch.plan import plan_for
     from thub.ui.output import console, emit_json
 
-    _absolute_paths(resolved)
-    request = slurm_request(resolved, options)
-    script = slurm.render_script(request)
-    commands = slurm.sbatch_commands(request)
-    notes = _warnings(resolved, request.profile)
-    launch = {"launcher": "slurm", "cluster": request.profile.name, "nodes": request.nodes,
-              "procs_per_node": request.procs_per_node, "agents": request.agents, "time": request.wall_time,
-              "max_restarts": request.max_restarts, "script_path": str(request.script_path),
-              "sbatch": commands, "warnings": notes}
+    plan = plan_for(resolved, options)
+    request, launch, notes = plan.slurm, plan.launch_section, plan.launch_section["warnings"]
     if dry_run:
-        from thub.api import plan_data
         from thub.ui.plan import show_plan
 
         slurm.write_script(request)
         if as_json:
-            emit_json({**plan_data(resolved), "launch": {**launch, "script": script}})
+            emit_json(plan.as_dict())
             return 0
-        show_plan(resolved, False, footer=None)
+        show_plan(plan.as_dict(), False, footer=None)
         out = console()
         out.print(f"\n[bold]SLURM batch script[/bold] (written to {request.script_path}):\n", highlight=False)
         import shlex
 
         import click
 
-        click.echo(script)  # verbatim: no wrapping or markup, so it can be copied as is
-        for argv in commands:
+        click.echo(plan.script)  # verbatim: no wrapping or markup, so it can be copied as is
+        for argv in launch["sbatch"]:
             click.echo("$ " + shlex.join(argv))
         for note in notes:
             out.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
         out.print("\n[dim]Dry run: only the script was written; nothing was submitted.[/dim]")
         return 0
 
-    from thub.data.training import validate_training_data
     from thub.runner.rundir import RunDirectory, write_json_atomic
     from thub.runner.supervisor import prepared_run
 
-    data = validate_training_data(resolved.values(), resolved.algorithm)  # seconds here, not after the queue wait
     run_dir = RunDirectory(request.run_dir)
     # the same lock, preparation and record as a local run; the lock is released once submitted:
-    # the job takes it (thub.launch.worker waits for it)
-    with prepared_run(resolved, run_dir, data, overwrite=overwrite, resume=resume, command_line=command_line,
+    # the job takes it (thub.launch.worker waits for it). The plan validated the data here, in
+    # seconds, rather than after the queue wait.
+    with prepared_run(resolved, run_dir, plan.data, overwrite=overwrite, resume=resume, command_line=command_line,
                       launch={**launch, "job_ids": [], "submitted": None,
                               "environment": slurm.environment_summary()}) as prepared:
         record = prepared.record

@@ -45,6 +45,7 @@ from thub.surface import option
 
 if TYPE_CHECKING:
     from thub.data.training import TrainingData
+    from thub.launch.plan import Plan
 
 POLL_SECONDS = 0.2
 
@@ -110,12 +111,13 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
     return redact(record)  # once, over everything: an ignored value or the command line may quote a secret
 
 
-def _validate_data(resolved: ResolvedConfig) -> TrainingData:
-    """Validate the data before anything is written or started (bad data: exit 2); the rows are
-    kept in the run directory (:func:`_keep_data`) for the child's ``context.rows()``."""
-    from thub.data.training import validate_training_data
+def _plan(resolved: ResolvedConfig) -> Plan:
+    """The plan every dry run shows (:func:`thub.launch.plan.plan_for`: the data gate, the
+    translation), before anything is written or started (bad input: exit 2); the rows it
+    validated are kept in the run directory (:func:`_keep_data`) for the child's ``context.rows()``."""
+    from thub.launch.plan import plan_for
 
-    return validate_training_data(resolved.values(), resolved.algorithm)  # the data gate too
+    return plan_for(resolved)
 
 
 def _keep_data(data: TrainingData, run_dir: RunDirectory, params: dict[str, Any]) -> None:
@@ -340,9 +342,9 @@ def run_training(
 
 def _launch(resolved: ResolvedConfig, run_dir: RunDirectory, signals: RunSignals, *, overwrite: bool, resume: bool,
             command_line: list[str] | None, quiet_json: bool, force_launch: bool) -> dict[str, Any]:
-    """Validate (bad input: exit 2, nothing written), prepare the directory, supervise the child."""
+    """Plan (bad input: exit 2, nothing written), prepare the directory, supervise the child."""
+    data = _plan(resolved).data
     params = resolved.values()
-    data = _validate_data(resolved)
     from thub.trackers.check import validate as validate_trackers
 
     validate_trackers(resolved)  # a missing tracker package or unreachable store: exit 2, nothing written

@@ -12,11 +12,9 @@ from thub.config.fields import format_value
 from thub.ui.output import emit_json, stdout_console, table
 
 
-def show_plan(resolved: Any, as_json: bool, footer: str | None = "Dry run: nothing was written.") -> None:
-    """Print the dry-run plan (``thub.dry_run``'s, the same data) as tables, or as JSON."""
-    from thub.api import dry_run_plan
-
-    data = dry_run_plan(resolved)
+def show_plan(data: dict[str, Any], as_json: bool, footer: str | None = "Dry run: nothing was written.") -> None:
+    """Print a dry-run plan (:meth:`thub.launch.plan.Plan.as_dict`, what ``thub.dry_run`` returns)
+    as tables, or as JSON."""
     if as_json:
         emit_json(data)
         return
@@ -26,6 +24,9 @@ def show_plan(resolved: Any, as_json: bool, footer: str | None = "Dry run: nothi
     table(None, ["parameter", "value", "source"], rows)
     for note in data.get("training_hub_notes") or []:  # Training Hub names accepted as thub behaves
         out.print(f"training-hub name {note}", markup=False)
+    count = data["data"]["rows"]
+    out.print(f"\n[bold]Data[/bold]: {count} {data['data']['kind']} row{'s' if count != 1 else ''}, validated "
+              "(`thub data check`)", highlight=False)
     out.print(f"\n[bold]Backend-native configuration ({data['backend']}):[/bold]")
     if data["translation"] is None:
         out.print("(this backend provides no translation)")
