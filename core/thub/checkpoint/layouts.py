@@ -39,7 +39,8 @@ LAYOUTS: dict[str, str] = {
 
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 MODEL_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-#: the line PEFT's model card gets when the base was quantised in training (peft_model.create_or_update_model_card)
+#: the line PEFT's model card gets when the base was quantised in training (peft_model.create_or_update_model_card;
+#: PEFT 0.21 no longer writes it: its hasattr check is on a dict, so thub's own run record is read first)
 QLORA_MARK = "The following `bitsandbytes` quantization config was used during training"
 
 _TRAINER_DIR = re.compile(r"checkpoint-(\d+)$")
@@ -158,6 +159,23 @@ def _weights_problem(folder: Path, prefix: str) -> str | None:
     return saved_file_problem(files[0])
 
 
+def _quantised_in_training(adapter: Path) -> bool:
+    """Whether the adapter was trained on a 4/8-bit base (QLoRA): the thub run it belongs to says so
+    (``thub_run.json`` up to three folders above: ``load_in_4bit``/``load_in_8bit``), or PEFT's model
+    card does (the versions of PEFT that record the base's quantisation there)."""
+    for folder in (adapter, *list(adapter.parents)[:3]):
+        try:
+            parameters = json.loads((folder / "thub_run.json").read_text()).get("parameters") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        return any(isinstance(parameters.get(name), dict) and parameters[name].get("value") is True
+                   for name in ("load_in_4bit", "load_in_8bit"))
+    try:
+        return QLORA_MARK in (adapter / "README.md").read_text(errors="replace")
+    except OSError:
+        return False
+
+
 def _adapter(folder: Path, writer: str, step: int | None) -> Checkpoint:
     details: dict[str, Any] = {}
     problem = None
@@ -168,10 +186,7 @@ def _adapter(folder: Path, writer: str, step: int | None) -> Checkpoint:
                        use_rslora=bool(config.get("use_rslora")))
     except (OSError, ValueError, AttributeError):
         problem = "adapter_config.json is unreadable"
-    try:
-        details["qlora"] = QLORA_MARK in (folder / "README.md").read_text(errors="replace")
-    except OSError:
-        details["qlora"] = False
+    details["qlora"] = _quantised_in_training(folder)
     problem = problem or _weights_problem(folder, "adapter_model")
     return Checkpoint(str(folder), "peft-adapter", writer, step, problem is None, problem, folder_size(folder),
                       safetensors_dtypes(weight_files(folder, "adapter_model")), False, details)
