@@ -63,6 +63,12 @@ python -m pip install --quiet --no-deps --upgrade --target build/axolotl-0.19.0 
 # tests/test_training_hub_names.py reads its public functions' signatures and callback hooks with
 # `ast` (153 kB; nothing imported: it would pull instructlab-training, mini-trainer, torch, ...).
 python -m pip install --quiet --no-deps --upgrade --target build/training-hub-0.11.2 "training-hub==0.11.2"
+# DeepSpeed 0.19.8 (issue 27), built from its sdist with the venv's torch and no CUDA ops, unpacked without
+# dependencies outside the venv (installed, accelerate and transformers would take their DeepSpeed paths):
+# tests/test_checkpoint_consolidate.py writes real ZeRO-2/3 checkpoints on its CPU accelerator (gloo; it
+# compiles one C++ op with g++ on first use) and compares thub's reader with DeepSpeed's zero_to_fp32.
+DS_BUILD_OPS=0 python -m pip install --quiet --no-deps --no-build-isolation --upgrade \
+    --target build/deepspeed-0.19.8 "deepspeed==0.19.8" "hjson==3.1.0" "msgpack==1.2.4" "einops==0.8.2"
 
 # --- System packages (apt-get, as root or with passwordless sudo): a one-node SLURM with munge for
 # tests/test_slurm_cluster.py (issue 10; a pytest session fixture starts it with scripts/slurm-up.sh),
