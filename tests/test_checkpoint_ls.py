@@ -96,6 +96,20 @@ def test_peft_adapters_lora_and_dora(tiny_model: Path, tmp_path: Path) -> None:
     assert lora.details["qlora"] is False
 
 
+def test_an_output_folder_with_the_final_model_at_its_root_and_checkpoints_inside(tiny_model: Path,
+                                                                                  tmp_path: Path) -> None:
+    # LLaMA-Factory and axolotl save the final model (or adapter) into output_dir itself, next to checkpoint-N
+    from peft import LoraConfig, get_peft_model
+
+    out = tmp_path / "checkpoints"
+    for folder in (out, out / "checkpoint-3"):
+        get_peft_model(_model(tiny_model), LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(folder)
+    (out / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    found = find(tmp_path)
+    assert [(Path(c.path).name, c.layout, c.step) for c in found] == [
+        ("checkpoints", "peft-adapter", None), ("checkpoint-3", "peft-adapter", 3)]
+
+
 def test_instructlab_and_mini_trainer_hf_format(tiny_model: Path, tmp_path: Path) -> None:
     _model(tiny_model).save_pretrained(tmp_path / "out" / "hf_format" / "samples_128")
     (found,) = find(tmp_path / "out")

@@ -367,7 +367,6 @@ def _walk(root: Path, depth: int) -> Iterator[Checkpoint]:
     found = detect(root)
     if found is not None:
         yield found
-        return
     if depth <= 0:
         return
     try:
@@ -375,12 +374,16 @@ def _walk(root: Path, depth: int) -> Iterator[Checkpoint]:
     except OSError:
         return
     for child in children:
-        yield from _walk(child, depth - 1)
+        # inside a checkpoint only the checkpoints saved next to a final model are searched
+        # (LLaMA-Factory and axolotl save it into output_dir itself, beside checkpoint-N); its own
+        # parts (a ZeRO tag folder, pytorch_model_fsdp_0/, actor/huggingface/) belong to it
+        if found is None or _TRAINER_DIR.match(child.name):
+            yield from _walk(child, depth - 1)
 
 
 def find(root: str | Path, depth: int = 4) -> list[Checkpoint]:
-    """Every checkpoint under ``root`` (``root`` itself when it is one), by path; a checkpoint's
-    own subfolders are not searched (a ZeRO tag folder is part of its checkpoint)."""
+    """Every checkpoint under ``root`` (``root`` itself when it is one), by path; of a checkpoint's
+    subfolders only ``checkpoint-N`` ones are searched (a ZeRO tag folder is part of its checkpoint)."""
     return sorted(_walk(Path(root), depth), key=lambda c: (str(Path(c.path).parent), c.step or 0, c.path))
 
 
