@@ -161,11 +161,13 @@ def test_lora_and_pretraining_runs(lf_env: dict, tiny_model: Path, demo_data: Pa
         assert (out / "checkpoints" / "adapter_model.safetensors").exists()
 
 
+@pytest.mark.parametrize("algorithm", ["sft", "dpo"])
 def test_sigterm_checkpoints_and_resume_continues(lf_env: dict, tiny_model: Path, demo_data: Path,
-                                                  tmp_path: Path) -> None:
+                                                  preference_files: dict[str, Path], tmp_path: Path,
+                                                  algorithm: str) -> None:
     out = tmp_path / "resume"
-    args = ["train", "sft", *common(tiny_model, demo_data / "chat.jsonl", out), "--max-steps", "80",
-            "--effective-batch-size", "2"]
+    data = demo_data / "chat.jsonl" if algorithm == "sft" else preference_files["dpo"]
+    args = ["train", algorithm, *common(tiny_model, data, out), "--max-steps", "80", "--effective-batch-size", "2"]
     process = subprocess.Popen([sys.executable, "-m", "thub", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=lf_env["environ"])
     deadline = time.time() + 300
