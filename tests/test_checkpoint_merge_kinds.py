@@ -110,3 +110,17 @@ def test_a_quantised_base_and_an_existing_out_are_refused_before_anything_is_wri
     with pytest.raises(UsageError, match="already exists and is not an empty folder"):
         merge_adapter(adapter, tmp_path / "taken")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "q", "taken"]  # no staging folder left
+
+
+def test_verify_refuses_a_base_that_is_not_a_model_folder(tiny_model: Path, tmp_path: Path) -> None:
+    merge_adapter(_adapter(tiny_model, tmp_path / "adapter"), tmp_path / "merged")
+    (tmp_path / "notes.txt").write_text("not a model")
+    for base in (tmp_path / "nothing", tmp_path / "notes.txt"):
+        with pytest.raises(UsageError, match=f"--base: {base}: "):
+            verify(tmp_path / "merged", base=str(base))
+    # the base a merge recorded is gone: the tokenizer check says so instead of failing
+    shutil.copytree(tiny_model, tmp_path / "base")
+    merge_adapter(_adapter(tmp_path / "base", tmp_path / "adapter2"), tmp_path / "merged2")
+    shutil.rmtree(tmp_path / "base")
+    tokenizer = next(c for c in verify(tmp_path / "merged2")["checks"] if c["check"] == "tokenizer")
+    assert tokenizer["ok"] is None and "is no longer there" in tokenizer["message"]

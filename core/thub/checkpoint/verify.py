@@ -77,9 +77,15 @@ def plan_verify(folder: str | Path, base: str | None = None, source: str | None 
         raise UsageError(f"{folder}: a {found.layout} checkpoint, not an HF model folder: consolidate it first "
                          f"(thub checkpoint consolidate {folder} --out DIR), then verify DIR --source {folder}")
     record = _record(path)
-    for option, value in (("--base", base), ("--source", source)):
-        if value and not Path(value).exists():
-            raise UsageError(f"{option}: {value}: no such file or folder")
+    if source and not Path(source).exists():
+        raise UsageError(f"--source: {source}: no such file or folder")
+    if base:
+        from thub.data.saved_template import has_tokenizer_files
+
+        where = Path(base)
+        if not where.is_dir() or not (has_tokenizer_files(where) or (where / "config.json").is_file()):
+            raise UsageError(f"--base: {base}: {'no such folder' if not where.exists() else 'not a model folder'} "
+                             "(expected a folder with the base model's config.json and tokenizer files)")
     base = base or record.get("base")
     source = source or record.get("adapter")
     dtype = model_dtype(path)
@@ -165,6 +171,8 @@ def _tokenizer(path: Path, base: str | None) -> Check:
 
     if not base:
         return Check("tokenizer", None, "no base to compare with (give --base MODEL, or verify a merge output)")
+    if not Path(base).is_dir():
+        return Check("tokenizer", None, f"the base {base} ({MERGE_RECORD}) is no longer there: give --base MODEL")
     try:
         ours = AutoTokenizer.from_pretrained(str(path))
     except Exception as exc:  # noqa: BLE001 - a missing/broken tokenizer is the check's finding
@@ -248,6 +256,8 @@ def _logits(path: Path, source: str | None, base: str | None, config: Any, dtype
         return Check("logits", None, "not a merge output and no --source: nothing to compare the logits with")
     if not Path(source).exists():
         return Check("logits", None, f"the source {source} ({MERGE_RECORD}) is no longer there")
+    if base and not Path(base).is_dir():
+        return Check("logits", None, f"the base {base} ({MERGE_RECORD}) is no longer there: give --base MODEL")
     tolerance = TOLERANCE.get(dtype, 3e-2)
     reference, what = _source_model(source, base, config)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
