@@ -75,6 +75,26 @@ def test_compare_refuses_before_running_anything(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_compare_plans_every_backend_before_running_any(monkeypatch: pytest.MonkeyPatch, demo_data: Path,
+                                                       tmp_path: Path) -> None:
+    """The second backend's translation refuses the batch (5 over its 2 processes): the compare
+    stops there, exit 2, before the first backend trained (one plan per backend, built first)."""
+    pytest.importorskip("trl")
+    registry = get_registry()
+    spec = registry.backends["trl"]
+    defaults = {**spec.defaults, "sft": {**spec.defaults_for("sft"), "nproc_per_node": 2}}
+    # its translation is trl's own (spec.translate: trl answers through its hook for "trl" only)
+    monkeypatch.setitem(registry.backends, "trl-2procs", dataclasses.replace(
+        spec, name="trl-2procs", defaults=defaults, translate="thub_plugin_trl.translate:translate"))
+    out = tmp_path / "cmp"
+    done = CliRunner().invoke(cli, ["compare", "sft", "--backends", "trl,trl-2procs", "--steps", "1", "--out",
+                                    str(out), "--set", f"model_path={TINY}", "--set",
+                                    f"data_path={demo_data / 'chat.jsonl'}", "--set", "effective_batch_size=5"])
+    assert done.exit_code == 2, done.output
+    assert "nearest valid values: 4, 6" in done.output
+    assert not out.exists()
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One real 2-step trl run, recorded (its run directory)."""

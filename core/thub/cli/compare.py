@@ -1,6 +1,7 @@
 """``thub compare ALGORITHM --backends A,B[,...]``: one config, K steps on each backend, side by side.
 
-Every backend is resolved first (a parameter one of them does not honour: exit 2, nothing run),
+Every backend is resolved and planned first (:mod:`thub.launch.plan`: a parameter one of them
+does not honour, bad data or a translation one refuses: exit 2, nothing run),
 then each runs in its own run directory under the compare directory (``--out``, or the config's
 ``ckpt_output_dir``) through the same path as ``thub train`` (a managed environment included),
 with ``max_steps=K`` and ``allow_data_mismatch`` (a compare shows differences, it does not stop
@@ -97,11 +98,14 @@ def compare_backends(algorithm: str, backends: list[str], *, config: str | None,
                            overrides=[*overrides, f"max_steps={steps}", f"ckpt_output_dir={root / b}",
                                       "allow_data_mismatch=true"])
                 for b in backends}  # all of them before anything runs: a refusal runs nothing
+    from thub.launch.plan import plan_for
+
+    plans = {b: plan_for(r) for b, r in resolved.items()}  # each one's data gate and translation, too
     _preflight_all(resolved)
     for b, r in resolved.items():
         if not as_json:
             console().print(f"[bold]compare[/bold]: {algorithm} on [bold]{b}[/bold] for {steps} steps -> {root / b}")
-        run_training(r, overwrite=True, command_line=["thub", *sys.argv[1:]], quiet_json=as_json)
+        run_training(r, overwrite=True, command_line=["thub", *sys.argv[1:]], quiet_json=as_json, plan=plans[b])
     records = [backend_record(b, root / b) for b in backends]
     known = {b: dict(registry.backends[b].known_differences) for b in backends}
     sources = {b: (read_json(root / b / "thub_run.json") or {}).get("parameters") or {} for b in backends}

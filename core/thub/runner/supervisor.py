@@ -308,12 +308,15 @@ def run_training(
     command_line: list[str] | None = None,
     quiet_json: bool = False,
     force_launch: bool = False,
+    plan: Plan | None = None,
 ) -> dict[str, Any]:
     """Run one training job to its end and return the content of ``result.json``.
 
     ``force_launch`` launches despite failing preflight checks, so that the library's own
     failure (e.g. a CUDA call on a CPU machine) is what the result reports. The run directory
-    is locked from before it is touched until the run ends: a second process exits 2.
+    is locked from before it is touched until the run ends: a second process exits 2. ``plan``:
+    the run's plan (:func:`thub.launch.plan.plan_for`) where the caller built it already (``thub
+    compare`` plans every backend first); else it is built here, before anything is written.
     """
     params = resolved.values()
     run_dir = RunDirectory(Path(params["ckpt_output_dir"]))
@@ -323,7 +326,8 @@ def run_training(
     with RunSignals() as signals:
         try:
             result = _launch(resolved, run_dir, signals, overwrite=overwrite, resume=resume,
-                             command_line=command_line, quiet_json=quiet_json, force_launch=force_launch)
+                             command_line=command_line, quiet_json=quiet_json, force_launch=force_launch,
+                             plan=plan)
         except Interrupted as stop:
             # prepared_run's result.json where the directory holds the run; else nothing was written
             result = stop.result or nothing_written(resolved, run_dir, stop.signum, started)
@@ -341,9 +345,10 @@ def run_training(
 
 
 def _launch(resolved: ResolvedConfig, run_dir: RunDirectory, signals: RunSignals, *, overwrite: bool, resume: bool,
-            command_line: list[str] | None, quiet_json: bool, force_launch: bool) -> dict[str, Any]:
+            command_line: list[str] | None, quiet_json: bool, force_launch: bool,
+            plan: Plan | None = None) -> dict[str, Any]:
     """Plan (bad input: exit 2, nothing written), prepare the directory, supervise the child."""
-    data = _plan(resolved).data
+    data = (plan or _plan(resolved)).data
     params = resolved.values()
     from thub.trackers.check import validate as validate_trackers
 
