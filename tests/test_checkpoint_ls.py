@@ -178,6 +178,37 @@ def test_deepspeed_zero2_tag_folder(tmp_path: Path) -> None:
     assert not found.complete and found.problem == "optimizer states of rank 1 missing"
 
 
+def test_deepspeed_saved_by_accelerate_save_state(tmp_path: Path) -> None:
+    # accelerate's save_state under DeepSpeed (instructlab-training's full_state/epoch_E): the tag is
+    # MODEL_NAME, "pytorch_model" (accelerator.py: model.save_checkpoint(output_dir, ckpt_id))
+    root = tmp_path / "full_state" / "epoch_1"
+    _torch_save(root / "pytorch_model" / "mp_rank_00_model_states.pt")
+    _torch_save(root / "pytorch_model" / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    (root / "latest").write_text("pytorch_model")
+    (found,) = find(tmp_path)
+    assert (found.path, found.layout, found.complete, found.details["tag"]) == \
+        (str(root), "deepspeed-zero", True, "pytorch_model")
+    assert found.details["epoch"] == 1
+
+
+def test_mini_trainer_full_state_checkpoint(tiny_model: Path, tmp_path: Path) -> None:
+    # mini_trainer/full_state_checkpoint.py: step_N/distributed (DCP of {"model": ...}), optimizer_rank_R.pt,
+    # training_state.pt (what mini-trainer's find_latest_full_state_checkpoint requires)
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    step = tmp_path / "checkpoints" / "full_state_checkpoints" / "step_6"
+    dcp.save({"model": _model(tiny_model).state_dict()}, checkpoint_id=str(step / "distributed"))
+    torch.save({"state": {}}, step / "optimizer_rank_0.pt")
+    (found,) = find(tmp_path)
+    assert (found.path, found.layout, found.step) == (str(step), "torch-dcp", 6)
+    assert found.writer == "mini-trainer full_state_checkpoints/step_N"
+    assert not found.complete
+    assert found.problem == "no training_state.pt (mini-trainer resumes only from a step with one)"
+    torch.save({"step": 6}, step / "training_state.pt")
+    assert detect(step).complete  # type: ignore[union-attr]
+
+
 def test_verl_actor_shards(tmp_path: Path) -> None:
     # names from verl's utils/checkpoint/fsdp_checkpoint_manager.py
     actor = tmp_path / "checkpoints" / "global_step_5" / "actor"

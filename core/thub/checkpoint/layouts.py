@@ -47,6 +47,8 @@ _TRAINER_DIR = re.compile(r"checkpoint-(\d+)$")
 _SAMPLES_DIR = re.compile(r"samples_(\d+)(?:_.*)?$")
 _DS_TAG = re.compile(r"global_step(\d+)$")
 _VERL_DIR = re.compile(r"global_step_(\d+)$")
+_FULL_STATE_DIR = re.compile(r"step_(\d+)$")
+_EPOCH_DIR = re.compile(r"epoch_(\d+)$")
 _DS_MODEL = re.compile(r"(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
 _DS_OPTIM = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
 _VERL_SHARD = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt$")
@@ -314,6 +316,28 @@ def _verl(actor: Path, writer: str, step: int | None) -> Checkpoint:
                       details)
 
 
+def _latest_is_a_tag(root: Path) -> bool:
+    """``latest`` names a folder of DeepSpeed model states (any tag: accelerate's save_state uses ``pytorch_model``)."""
+    try:
+        tag = (root / "latest").read_text().strip()
+        return bool(tag) and any(_DS_MODEL.match(p.name) for p in (root / tag).iterdir())
+    except (OSError, ValueError):
+        return False
+
+
+def _mini_trainer_full_state(path: Path, step: int) -> Checkpoint:
+    """mini-trainer's ``full_state_checkpoints/step_N``: the model as torch DCP in ``distributed/``, per-rank
+    optimizer and RNG states, and ``training_state.pt``, without which mini-trainer does not resume from it."""
+    found = _dcp(path / "distributed", "torch-dcp", "mini-trainer full_state_checkpoints/step_N", step)
+    found.path, found.size_bytes = str(path), folder_size(path)
+    if found.complete:
+        state = path / "training_state.pt"
+        found.problem = saved_file_problem(state) if state.exists() else \
+            "no training_state.pt (mini-trainer resumes only from a step with one)"
+        found.complete = found.problem is None
+    return found
+
+
 def detect(folder: str | Path) -> Checkpoint | None:
     """The checkpoint ``folder`` is, or None when it is none of the known layouts."""
     path = Path(folder)
@@ -330,13 +354,17 @@ def detect(folder: str | Path) -> Checkpoint | None:
     writer = ("HF Trainer checkpoint-N" if trainer else "instructlab/mini-trainer hf_format/samples_N" if samples
               else "verl global_step_N/actor" if verl else "folder")
     found: Checkpoint | None = None
+    full_state = _FULL_STATE_DIR.match(path.name) if path.parent.name == "full_state_checkpoints" else None
+    if full_state and "distributed" in names:
+        return _mini_trainer_full_state(path, int(full_state.group(1)))
     if verl and any(_VERL_SHARD.match(n) for n in names):
         found = _verl(path, writer, step)
     elif "adapter_config.json" in names:
         found = _adapter(path, writer, step)
     elif "config.json" in names and (names & {*MODEL_WEIGHTS, *INDEX_FILES}):
         found = _hf_model(path, writer, step)
-    elif "latest" in names and any(_DS_TAG.match(n) for n in names) or any(_DS_MODEL.match(n) for n in names):
+    elif "latest" in names and (any(_DS_TAG.match(n) for n in names) or _latest_is_a_tag(path)) \
+            or any(_DS_MODEL.match(n) for n in names):
         found = _deepspeed(path, writer, step)
     elif "pytorch_model_fsdp_0" in names or any(_FSDP_BIN.match(n) for n in names):
         found = _accelerate_fsdp(path, writer, step)
@@ -349,6 +377,9 @@ def detect(folder: str | Path) -> Checkpoint | None:
         return None
     if samples:
         found.details["samples"] = int(samples.group(1))
+    if path.parent.name == "full_state" and (epoch := _EPOCH_DIR.match(path.name)):
+        found.writer = "instructlab full_state/epoch_E (accelerate save_state)"
+        found.details["epoch"] = int(epoch.group(1))
     if trainer:
         # an HF Trainer checkpoint resumes only with its trainer state (thub's resume check)
         found.details["trainer_state"] = "trainer_state.json" in names
