@@ -7,7 +7,9 @@
    instructlab-training and TRL, measured in the same run);
 3. launch overhead: launch_overhead.py (thub vs bare TRL, interleaved, split into phases);
 4. memory estimate: estimate_accuracy.py (exact static memory on CPU; the +-15 % comparison
-   against torch.cuda.max_memory_allocated needs a GPU and says "skipped: no CUDA" without one).
+   against torch.cuda.max_memory_allocated needs a GPU and says "skipped: no CUDA" without one);
+5. consolidation: checkpoint_consolidate.py (`thub checkpoint consolidate` vs torch's dcp_to_torch_save
+   on a 0.5 B-parameter FSDP2 DCP checkpoint: peak RSS and wall ratios; docs/checkpoints.md, issue 27).
 
 ``--quick`` uses small sizes (5,000 conversations, 2 repetitions) for a shared machine; the
 recorded figures live in docs/performance.md.
@@ -33,6 +35,7 @@ def main() -> None:
          ["data_prep.py", "--n", "5000" if args.quick else "20000", "--reps", "2" if args.quick else "3"]),
         ("launch overhead", ["launch_overhead.py", "--repeats", "2" if args.quick else "3"]),
         ("memory estimate", ["estimate_accuracy.py"]),
+        ("consolidation", ["checkpoint_consolidate.py", "--layers", "12" if args.quick else "24"]),
     ]
     failed = []
     for title, command in runs:
