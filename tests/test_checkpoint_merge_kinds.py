@@ -124,3 +124,16 @@ def test_verify_refuses_a_base_that_is_not_a_model_folder(tiny_model: Path, tmp_
     shutil.rmtree(tmp_path / "base")
     tokenizer = next(c for c in verify(tmp_path / "merged2")["checks"] if c["check"] == "tokenizer")
     assert tokenizer["ok"] is None and "is no longer there" in tokenizer["message"]
+
+
+def test_a_run_s_final_model_is_compared_with_the_training_input(tiny_model: Path, tmp_path: Path) -> None:
+    # a full fine-tune's final/ (no merge record): its tokenizer and template must be the input model's
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model, run / "final")
+    (run / "thub_run.json").write_text(json.dumps({"parameters": {"model_path": {"value": str(tiny_model)}}}))
+    report = verify(run / "final")
+    assert report["base"] == str(tiny_model) and report["ok"], report
+    template = run / "final" / "chat_template.jinja"
+    template.write_text(template.read_text().replace("tool_calls", "no_tool_calls"))
+    report = verify(run / "final")
+    assert report["failed"]["check"] == "tokenizer" and str(tiny_model) in report["failed"]["message"]

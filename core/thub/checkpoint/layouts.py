@@ -94,18 +94,25 @@ def safetensors_header(path: Path) -> dict[str, Any]:
     return header
 
 
+def _index(folder: Path, prefix: str) -> tuple[Path, list[str] | None] | None:
+    """The index of ``folder``'s sharded ``prefix`` weights and the shards it names (None: unreadable),
+    or None when there is no index."""
+    for index_name in INDEX_FILES:
+        index = folder / index_name.replace("model", prefix, 1)
+        if index.is_file():
+            try:
+                return index, sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            except (OSError, ValueError, KeyError, AttributeError, TypeError):
+                return index, None
+    return None
+
+
 def weight_files(folder: Path, prefix: str = "model") -> list[Path]:
     """The weight files of an HF folder (``prefix`` ``model`` or ``adapter_model``): every shard
     an index names, else the single file; [] when there is none."""
-    for index_name in INDEX_FILES:
-        name = index_name.replace("model", prefix, 1) if prefix != "model" else index_name
-        index = folder / name
-        if index.is_file():
-            try:
-                shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            except (OSError, ValueError, KeyError, AttributeError):
-                return []
-            return [folder / shard for shard in shards]
+    index = _index(folder, prefix)
+    if index is not None:
+        return [folder / shard for shard in index[1] or []]
     return [folder / f"{prefix}{suffix}" for suffix in (".safetensors", ".bin")
             if (folder / f"{prefix}{suffix}").is_file()][:1]
 
@@ -142,36 +149,42 @@ def folder_size(path: Path) -> int:
 def _weights_problem(folder: Path, prefix: str) -> str | None:
     """Why ``folder``'s ``prefix`` weights are missing or incomplete (a shard the index names is
     absent or cut short), or None."""
-    for index_name in INDEX_FILES:
-        index = folder / (index_name.replace("model", prefix, 1) if prefix != "model" else index_name)
-        if index.is_file():
-            try:
-                shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            except (OSError, ValueError, KeyError, AttributeError):
-                return f"{index.name} is unreadable"
-            for shard in shards:
-                problem = saved_file_problem(folder / shard)
-                if problem:
-                    return f"weight shard {shard} named in {index.name} is missing" if problem.startswith("no ") \
-                        else problem
-            return None
+    found = _index(folder, prefix)
+    if found is not None:
+        index, shards = found
+        if shards is None:
+            return f"{index.name} is unreadable"
+        for shard in shards:
+            problem = saved_file_problem(folder / shard)
+            if problem:
+                return f"weight shard {shard} named in {index.name} is missing" if problem.startswith("no ") \
+                    else problem
+        return None
     files = weight_files(folder, prefix)
     if not files:
         return f"no {prefix}.safetensors, {prefix}.bin or index"
     return saved_file_problem(files[0])
 
 
-def _quantised_in_training(adapter: Path) -> bool:
-    """Whether the adapter was trained on a 4/8-bit base (QLoRA): the thub run it belongs to says so
-    (``thub_run.json`` up to three folders above: ``load_in_4bit``/``load_in_8bit``), or PEFT's model
-    card does (the versions of PEFT that record the base's quantisation there)."""
-    for folder in (adapter, *list(adapter.parents)[:3]):
+def run_parameters(checkpoint: Path) -> dict[str, Any] | None:
+    """The parameter values of the thub run a checkpoint belongs to (``thub_run.json`` in it or up to
+    three folders above: ``final/``, ``checkpoints/checkpoint-N/``), or None outside a thub run."""
+    for folder in (checkpoint, *list(checkpoint.parents)[:3]):
         try:
             parameters = json.loads((folder / "thub_run.json").read_text()).get("parameters") or {}
         except (OSError, ValueError, AttributeError):
             continue
-        return any(isinstance(parameters.get(name), dict) and parameters[name].get("value") is True
-                   for name in ("load_in_4bit", "load_in_8bit"))
+        return {name: entry.get("value") for name, entry in parameters.items() if isinstance(entry, dict)}
+    return None
+
+
+def _quantised_in_training(adapter: Path) -> bool:
+    """Whether the adapter was trained on a 4/8-bit base (QLoRA): the thub run it belongs to says so
+    (``load_in_4bit``/``load_in_8bit``), or PEFT's model card does (the versions of PEFT that record
+    the base's quantisation there)."""
+    parameters = run_parameters(adapter)
+    if parameters is not None:
+        return parameters.get("load_in_4bit") is True or parameters.get("load_in_8bit") is True
     try:
         return QLORA_MARK in (adapter / "README.md").read_text(errors="replace")
     except OSError:

@@ -7,7 +7,8 @@ The checks, in order (each reported; the first failing one is the command's erro
 3. ``shapes``: every tensor the model built from the config on the meta device has (no memory) is
    saved with that shape, and nothing else is saved (read from the safetensors headers);
 4. ``finite``: every floating-point tensor is finite (no NaN/inf), read one tensor at a time;
-5. ``tokenizer``: the tokenizer and chat template equal the base's on a probe conversation with
+5. ``tokenizer``: the tokenizer and chat template equal the base's (``--base``, a merge's base, or
+   the training input of the thub run the folder belongs to) on a probe conversation with
    a tool call: both render it (text compared), both tokenize their rendering (ids compared);
 6. ``logits``: for a merge output (``thub_merge.json``) or with ``--source``, the logits on a
    few probe prompts equal the source's (an adapter on its base, an HF model folder, or a sharded
@@ -86,6 +87,11 @@ def plan_verify(folder: str | Path, base: str | None = None, source: str | None 
         if not where.is_dir() or not (has_tokenizer_files(where) or (where / "config.json").is_file()):
             raise UsageError(f"--base: {base}: {'no such folder' if not where.exists() else 'not a model folder'} "
                              "(expected a folder with the base model's config.json and tokenizer files)")
+    if not base and not record:  # a run's own model: compared with the training input (a local folder)
+        from thub.checkpoint.layouts import run_parameters
+
+        model_path = (run_parameters(path) or {}).get("model_path")
+        base = str(model_path) if model_path and Path(str(model_path)).is_dir() else None
     base = base or record.get("base")
     source = source or record.get("adapter")
     dtype = model_dtype(path)

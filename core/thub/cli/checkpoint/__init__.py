@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import Any
 
 import click
 
@@ -58,6 +59,16 @@ class CheckpointGroup(click.Group):
 def checkpoint() -> None:
     """Every subcommand takes --json (JSON only on stdout) and --dry-run (writes nothing).
     Exit 0 ok, 1 a check failed, 2 bad input."""
+
+
+def emit(data: dict[str, Any], text: str, *, as_json: bool, dry_run: bool) -> None:
+    """What a subcommand did (or, with --dry-run, would do): ``data`` as JSON with ``--json``, else ``text``."""
+    from thub.ui.output import emit_json, stdout_console
+
+    if as_json:
+        emit_json({"schema_version": 1, "dry_run": dry_run, **data})
+    else:
+        stdout_console().print(text)
 
 
 def json_option(function: click.decorators.FC) -> click.decorators.FC:

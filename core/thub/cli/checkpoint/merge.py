@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from thub.cli.checkpoint import dry_run_option, json_option
+from thub.cli.checkpoint import dry_run_option, emit, json_option
 
 SUMMARY = "Merge a LoRA/DoRA/rsLoRA adapter into its base (PEFT's merge_and_unload): a full safetensors model."
 
@@ -20,23 +20,16 @@ def merge(adapter: str, out: str, base: str | None, as_json: bool, dry_run: bool
     warning); the merged model is saved with the tokenizer, chat template and thub_merge.json
     (what `thub checkpoint verify OUT` compares the logits with). Nothing is written on failure."""
     from thub.checkpoint.merge import merge_adapter, plan_merge
-    from thub.ui.output import emit_json, stdout_console
 
     if dry_run:
         plan = plan_merge(adapter, out, base)
         for message in plan["warnings"]:
             click.echo(f"warning: {message}", err=True)
-        if as_json:
-            emit_json({"schema_version": 1, "dry_run": True, **plan})
-            return
-        stdout_console().print(f"would merge {plan['adapter']} ({plan['peft_type']}"
-                               f"{', DoRA' if plan['use_dora'] else ''}{', rsLoRA' if plan['use_rslora'] else ''}) "
-                               f"into {plan['base']} in {plan['dtype']}, tokenizer from {plan['tokenizer_from']}, "
-                               f"and save it to {plan['out']}; nothing written (--dry-run)")
+        kind = f"{plan['peft_type']}{', DoRA' if plan['use_dora'] else ''}{', rsLoRA' if plan['use_rslora'] else ''}"
+        emit(plan, f"would merge {plan['adapter']} ({kind}) into {plan['base']} in {plan['dtype']}, tokenizer from "
+                   f"{plan['tokenizer_from']}, and save it to {plan['out']}; nothing written (--dry-run)",
+             as_json=as_json, dry_run=True)
         return
     done = merge_adapter(adapter, out, base)
-    if as_json:
-        emit_json({"schema_version": 1, "dry_run": False, **done})
-        return
-    stdout_console().print(f"merged {done['adapter']} into {done['base']} ({done['dtype']}): {done['out']}\n"
-                           f"check it: thub checkpoint verify {done['out']}")
+    emit(done, f"merged {done['adapter']} into {done['base']} ({done['dtype']}): {done['out']}\n"
+               f"check it: thub checkpoint verify {done['out']}", as_json=as_json, dry_run=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from thub.cli.checkpoint import dry_run_option, json_option
+from thub.cli.checkpoint import dry_run_option, emit, json_option
 from thub.errors import ThubError
 
 SUMMARY = ("Verify an HF model folder: complete, config, shapes, finite weights, tokenizer and chat template "
@@ -14,7 +14,7 @@ SUMMARY = ("Verify an HF model folder: complete, config, shapes, finite weights,
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("directory", type=click.Path())
 @click.option("--base", default=None, help="The model whose tokenizer and chat template it must have "
-                                           "(default: the base of a merge output).")
+                                           "(default: a merge output's base, or the run's training input).")
 @click.option("--source", default=None, help="What it was made from, for the logits check: an adapter, an HF "
                                              "model or a sharded checkpoint (default: a merge output's adapter).")
 @json_option
@@ -29,14 +29,11 @@ def verify(directory: str, base: str | None, source: str | None, as_json: bool, 
 
     if dry_run:
         plan = plan_verify(directory, base, source)
-        if as_json:
-            emit_json({"schema_version": 1, "dry_run": True, **plan})
-            return
         tolerance = plan["tolerance"]
-        stdout_console().print(
-            f"would check {plan['model']} ({plan['dtype']}): {', '.join(plan['checks'])}; tokenizer against "
-            f"{plan['base'] or '(no base: skipped)'}; logits against {plan['source'] or '(no source: skipped)'} "
-            f"within {tolerance['value']:g} ({tolerance['metric']}); nothing loaded (--dry-run)")
+        emit(plan, f"would check {plan['model']} ({plan['dtype']}): {', '.join(plan['checks'])}; tokenizer against "
+                   f"{plan['base'] or '(no base: skipped)'}; logits against {plan['source'] or '(no source: skipped)'} "
+                   f"within {tolerance['value']:g} ({tolerance['metric']}); nothing loaded (--dry-run)",
+             as_json=as_json, dry_run=True)
         return
     report = run_checks(directory, base, source)
     if as_json:
