@@ -51,3 +51,17 @@ def test_no_final_model_and_an_unknown_folder(tmp_path: Path) -> None:
     assert result["final_model"] == {"path": str(run_dir.path / "odd"), "layout": None, "loadable": False,
                                      "complete": False, "problem": "not a checkpoint of a known layout",
                                      "dtype": None}
+
+
+def test_a_sharded_final_checkpoint_names_its_converter(tmp_path: Path) -> None:
+    import torch
+
+    run_dir = _run(tmp_path)
+    actor = run_dir.path / "checkpoints" / "global_step_2" / "actor"
+    actor.mkdir(parents=True)
+    torch.save({"w": torch.zeros(1)}, actor / "model_world_size_1_rank_0.pt")
+    result = write_result(run_dir, {"status": "succeeded", "final_checkpoint": str(actor)}, started=0.0,
+                          model_path=str(TINY))
+    assert result["final_model"]["layout"] == "verl-fsdp" and result["final_model"]["loadable"] is False
+    merger = f"python -m verl.model_merger merge --backend fsdp --local_dir {actor}"
+    assert result["final_model"]["next"].startswith(merger)  # thub's consolidate does not read verl's shards

@@ -445,6 +445,9 @@ def final_model(path: str | None) -> dict[str, Any] | None:
                              "complete": found.complete, "problem": found.problem, "dtype": found.dtype}
     if found.complete and found.layout == "peft-adapter":
         entry["next"] = f"thub checkpoint merge {found.path} --out DIR"
-    elif found.complete and not found.loadable:
+    elif found.complete and (found.layout in ("deepspeed-zero", "torch-dcp") or (
+            found.layout == "accelerate-fsdp" and found.details.get("state_dict_type") == "SHARDED_STATE_DICT")):
         entry["next"] = f"thub checkpoint consolidate {found.path} --out DIR"
+    elif found.complete and found.layout == "verl-fsdp":  # verl's own converter (consolidate does not read it)
+        entry["next"] = f"python -m verl.model_merger merge --backend fsdp --local_dir {found.path} --target_dir DIR"
     return entry
