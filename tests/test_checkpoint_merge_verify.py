@@ -51,6 +51,19 @@ def _verify(folder: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str]
     return done, json.loads(done.stdout)
 
 
+def test_the_run_lists_its_adapters_and_names_its_final_model(lora_run: Path) -> None:
+    result = json.loads((lora_run / "result.json").read_text())
+    assert result["final_model"]["layout"] == "peft-adapter" and result["final_model"]["loadable"] is False
+    assert result["final_model"]["next"] == f"thub checkpoint merge {lora_run / 'final'} --out DIR"
+    done = thub("checkpoint", "ls", str(lora_run), "--json")
+    assert done.returncode == 0, done.stderr
+    found = {Path(c["path"]).name: c for c in json.loads(done.stdout)["checkpoints"]}
+    assert set(found) == {"checkpoint-2", "checkpoint-3", "final"}
+    assert found["checkpoint-2"]["step"] == 2 and found["checkpoint-2"]["complete"] is True
+    assert found["checkpoint-2"]["writer"] == "HF Trainer checkpoint-N" and found["final"]["dtype"] == "F32"
+    assert all(c["layout"] == "peft-adapter" and c["details"]["base_model"] for c in found.values())
+
+
 def test_merge_is_peft_merge_and_unload(lora_run: Path, merged: Path, tiny_model: Path) -> None:
     import torch
     from peft import PeftModel
