@@ -137,3 +137,30 @@ def test_a_run_s_final_model_is_compared_with_the_training_input(tiny_model: Pat
     template.write_text(template.read_text().replace("tool_calls", "no_tool_calls"))
     report = verify(run / "final")
     assert report["failed"]["check"] == "tokenizer" and str(tiny_model) in report["failed"]["message"]
+
+
+def test_an_adapter_trained_with_added_tokens_merges_into_the_resized_base(tiny_model: Path, tmp_path: Path) -> None:
+    # a run that added tokens resizes the embeddings and trains them in full (modules_to_save): the adapter's
+    # tokenizer is longer than the base's vocabulary, so the base is resized first, as training did
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer.add_tokens(["<think>", "</think>"])
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    model.resize_token_embeddings(len(tokenizer))
+    config = LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False,
+                        modules_to_save=["embed_tokens", "lm_head"])
+    adapter = tmp_path / "adapter"
+    get_peft_model(model, config).save_pretrained(adapter)
+    tokenizer.save_pretrained(adapter)
+    done = merge_adapter(adapter, tmp_path / "merged")
+    assert done["tokenizer_from"] == str(adapter)
+    saved = load_file(str(tmp_path / "merged" / "model.safetensors"))
+    assert saved["model.embed_tokens.weight"].shape[0] == len(tokenizer)
+    assert json.loads((tmp_path / "merged" / "config.json").read_text())["vocab_size"] == len(tokenizer)
+    logits = next(c for c in verify(tmp_path / "merged")["checks"] if c["check"] == "logits")
+    assert logits["ok"] is True, logits
+    assert torch.isfinite(saved["lm_head.weight"]).all()

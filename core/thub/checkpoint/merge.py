@@ -113,6 +113,35 @@ def plan_merge(adapter: str | Path, out: str | Path, base: str | None = None,
             "warnings": warnings}
 
 
+def adapter_vocabulary(adapter: str | Path) -> int | None:
+    """The embedding rows an adapter was trained with, when it saved embeddings (``modules_to_save``
+    after added tokens resized them): read from its safetensors header; None when it saved none."""
+    from thub.checkpoint.layouts import safetensors_header
+
+    rows = None
+    for file in weight_files(Path(adapter), "adapter_model"):
+        if file.suffix != ".safetensors":
+            continue
+        for name, entry in safetensors_header(file).items():
+            if ("embed_tokens" in name or "lm_head" in name) and name.endswith("weight") and entry.get("shape"):
+                rows = max(rows or 0, int(entry["shape"][0]))
+    return rows
+
+
+def base_with_adapter(base: str, adapter: str, dtype: Any, trust_remote_code: bool = False) -> Any:
+    """``PeftModel.from_pretrained(base, adapter)`` on the CPU in ``dtype`` (a torch dtype), the base's
+    embeddings first resized to the adapter's vocabulary where training added tokens (the adapter
+    then carries the resized embeddings, which do not load into the base's)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype, trust_remote_code=trust_remote_code)
+    rows = adapter_vocabulary(adapter)
+    if rows is not None and rows != model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(rows, mean_resizing=False)
+    return PeftModel.from_pretrained(model, adapter)
+
+
 def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None, *, dtype: str | None = None,
                   trust_remote_code: bool = False, warn: Any = None) -> dict[str, Any]:
     """Merge ``adapter`` into its base and save the full model to ``out`` (see the module doc).
@@ -128,16 +157,14 @@ def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
         (warn or (lambda m: print(f"warning: {m}", file=sys.stderr, flush=True)))(message)
     import peft
     import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     target = Path(plan["out"])
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        model = AutoModelForCausalLM.from_pretrained(plan["base"], dtype=getattr(torch, plan["dtype"]),
-                                                     trust_remote_code=trust_remote_code)
-        merged = PeftModel.from_pretrained(model, plan["adapter"]).merge_and_unload()
+        merged = base_with_adapter(plan["base"], plan["adapter"], getattr(torch, plan["dtype"]),
+                                   trust_remote_code).merge_and_unload()
         merged.save_pretrained(staging, safe_serialization=True)
         tokenizer = AutoTokenizer.from_pretrained(plan["tokenizer_from"], trust_remote_code=trust_remote_code)
         tokenizer.save_pretrained(staging)

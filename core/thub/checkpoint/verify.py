@@ -232,13 +232,11 @@ def _source_model(source: str, base: str | None, config: Any) -> tuple[Any, str]
 
     found = detect(source)
     if found is not None and found.layout == "peft-adapter":
-        from peft import PeftModel
-
-        from thub.checkpoint.merge import read_adapter, resolve_base
+        from thub.checkpoint.merge import base_with_adapter, read_adapter, resolve_base
 
         base_path = resolve_base(read_adapter(source), base)
-        model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
-        return PeftModel.from_pretrained(model, source).eval(), f"the adapter {source} on {base_path}, unmerged"
+        model = base_with_adapter(base_path, source, torch.float32)
+        return model.eval(), f"the adapter {source} on {base_path}, unmerged"
     if found is not None and found.layout == "hf-model":
         return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval(), f"the model {source}"
     import importlib
