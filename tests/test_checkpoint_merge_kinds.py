@@ -164,3 +164,20 @@ def test_an_adapter_trained_with_added_tokens_merges_into_the_resized_base(tiny_
     logits = next(c for c in verify(tmp_path / "merged")["checks"] if c["check"] == "logits")
     assert logits["ok"] is True, logits
     assert torch.isfinite(saved["lm_head.weight"]).all()
+
+
+def test_verify_reads_torch_bin_weights(tiny_model: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    model.config.save_pretrained(tmp_path / "bin")
+    state = model.state_dict()
+    torch.save(state, tmp_path / "bin" / "pytorch_model.bin")
+    report = verify(tmp_path / "bin")
+    checks = {c["check"]: c for c in report["checks"]}
+    assert checks["shapes"]["ok"] and checks["finite"]["ok"], checks
+    state["model.norm.weight"] = torch.full_like(state["model.norm.weight"], float("inf"))
+    torch.save(state, tmp_path / "bin" / "pytorch_model.bin")
+    report = verify(tmp_path / "bin")
+    assert report["failed"]["check"] == "finite" and "model.norm.weight" in report["failed"]["message"]

@@ -113,8 +113,13 @@ def weight_files(folder: Path, prefix: str = "model") -> list[Path]:
     index = _index(folder, prefix)
     if index is not None:
         return [folder / shard for shard in index[1] or []]
-    return [folder / f"{prefix}{suffix}" for suffix in (".safetensors", ".bin")
-            if (folder / f"{prefix}{suffix}").is_file()][:1]
+    return [folder / name for name in _single_files(prefix) if (folder / name).is_file()][:1]
+
+
+def _single_files(prefix: str) -> tuple[str, str]:
+    """The unsharded weight file names, safetensors first: ``model.safetensors``/``pytorch_model.bin``
+    (transformers' SAFE_WEIGHTS_NAME/WEIGHTS_NAME), ``adapter_model.safetensors``/``adapter_model.bin`` (PEFT's)."""
+    return f"{prefix}.safetensors", "pytorch_model.bin" if prefix == "model" else f"{prefix}.bin"
 
 
 def safetensors_dtypes(files: list[Path]) -> str | None:
@@ -162,7 +167,7 @@ def _weights_problem(folder: Path, prefix: str) -> str | None:
         return None
     files = weight_files(folder, prefix)
     if not files:
-        return f"no {prefix}.safetensors, {prefix}.bin or index"
+        return f"no {' or '.join(_single_files(prefix))} or index"
     return saved_file_problem(files[0])
 
 
