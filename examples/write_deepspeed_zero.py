@@ -20,13 +20,15 @@ import subprocess
 import sys
 
 
-def _worker(model_path: str, out: str, stage: int) -> None:
+def _worker(model_path: str, out: str, stage: int, freeze: bool) -> None:
     import deepspeed
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_path)
+    if freeze:  # frozen parameters are saved apart (frozen_param_shapes/fragments), as in partial fine-tuning
+        model.get_input_embeddings().requires_grad_(False)
     config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": stage},
               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
     engine, _optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
@@ -42,10 +44,11 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--stage", type=int, choices=[1, 2, 3], default=3)
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--freeze-embeddings", action="store_true", help="train every parameter but the embeddings")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        _worker(args.model, args.out, args.stage)
+        _worker(args.model, args.out, args.stage, args.freeze_embeddings)
         return
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -53,7 +56,8 @@ def main() -> None:
     env = {**os.environ, "DS_ACCELERATOR": "cpu"}
     subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
                     f"--master_port={port}", __file__, "--worker", "--model", args.model, "--out", args.out,
-                    "--stage", str(args.stage)], check=True, env=env)
+                    "--stage", str(args.stage), *(["--freeze-embeddings"] if args.freeze_embeddings else [])],
+                   check=True, env=env)
 
 
 if __name__ == "__main__":

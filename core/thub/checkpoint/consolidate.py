@@ -259,9 +259,9 @@ def _itemsize(dtype: str) -> int:
     return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}.get(dtype, 1)
 
 
-def _split(tensors: list[OutTensor], limit: int) -> list[Shard]:
-    """Shards in tensor order, a new one started when the next tensor would pass ``limit``
-    (transformers' rule: a tensor larger than the limit gets a shard of its own)."""
+def _pack(tensors: list[OutTensor], limit: int) -> list[list[OutTensor]]:
+    """Consecutive tensors in groups of at most ``limit`` bytes, a new group started when the next
+    tensor would pass it (transformers' sharding rule: a tensor larger than the limit is alone)."""
     groups: list[list[OutTensor]] = [[]]
     size = 0
     for tensor in tensors:
@@ -270,6 +270,12 @@ def _split(tensors: list[OutTensor], limit: int) -> list[Shard]:
             size = 0
         groups[-1].append(tensor)
         size += tensor.nbytes
+    return groups
+
+
+def _split(tensors: list[OutTensor], limit: int) -> list[Shard]:
+    """The output files: one ``model.safetensors``, or transformers' numbered shards past ``limit``."""
+    groups = _pack(tensors, limit)
     if len(groups) == 1:
         return [Shard("model.safetensors", groups[0])]
     return [Shard(f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors", g) for i, g in enumerate(groups)]
@@ -302,16 +308,7 @@ def _write_tensor(handle: Any, tensor: torch.Tensor, expected: OutTensor) -> Non
 def _groups(tensors: list[OutTensor]) -> list[list[OutTensor]]:
     """Tensors read together: consecutive ones up to the largest tensor's size (at least 16 MiB), so
     small norms and biases share a read while peak memory stays near the largest tensor."""
-    budget = max(max(t.nbytes for t in tensors), 16 * 2**20)
-    groups: list[list[OutTensor]] = [[]]
-    size = 0
-    for tensor in tensors:
-        if groups[-1] and size + tensor.nbytes > budget:
-            groups.append([])
-            size = 0
-        groups[-1].append(tensor)
-        size += tensor.nbytes
-    return groups
+    return _pack(tensors, max(max(t.nbytes for t in tensors), 16 * 2**20))
 
 
 def write(plan: Plan) -> dict[str, Any]:

@@ -144,7 +144,10 @@ def open_sharded(source: Path) -> ShardedSource:
         raise UsageError(f"{what}: already a Hugging Face model, nothing to consolidate")
     if found.layout == "peft-adapter":
         raise UsageError(f"{what}: merge it into its base with `thub checkpoint merge {source} --out DIR`")
-    if not found.complete:
+    # an HF Trainer checkpoint-N without trainer_state.json cannot be resumed, but its weights were
+    # found whole (layouts checks them first): consolidating needs only those
+    if not found.complete and not (found.details.get("trainer_state") is False
+                                   and found.problem == "no trainer_state.json"):
         raise UsageError(f"{what}: incomplete ({found.problem}); nothing was written")
     if found.layout == "torch-dcp":
         return DcpSource(source, "torch-dcp")

@@ -98,6 +98,7 @@ class ZeroSource:
             raise UsageError(f"{folder}: no {model_name} (the parameter names of a ZeRO-{self.stage} checkpoint)")
         self._model_files = sorted(folder.glob("*_model_states.pt"), key=_natural)
         self._states = _load(folder / model_name)
+        self._rank_states: list[Any] | None = None
         self._paddings = first.get("param_alignment_paddings")
         self._locate()
 
@@ -169,11 +170,13 @@ class ZeroSource:
         if self.stage != 3:
             target.copy_(self._states["frozen_param_fragments"][entry.key].reshape(-1))
             return
-        filled = 0  # ZeRO-3: each rank's model states hold its piece of a frozen parameter
-        for path in self._model_files:
+        if self._rank_states is None:  # memory-mapped, read once: each rank holds a piece of every frozen one
+            self._rank_states = [_load(path) for path in self._model_files]
+        filled = 0
+        for states in self._rank_states:
             if filled >= target.numel():
                 break
-            piece = _load(path)["frozen_param_fragments"][entry.key].reshape(-1)
+            piece = states["frozen_param_fragments"][entry.key].reshape(-1)
             take = min(piece.numel(), target.numel() - filled)
             target[filled:filled + take].copy_(piece[:take])
             filled += take
