@@ -98,19 +98,18 @@ def plan_for(resolved: ResolvedConfig, launch: LaunchOptions | None = None) -> P
     from thub.data.training import validate_training_data
     from thub.manager import get_registry
 
-    slurm = launch is not None and launch.launcher == "slurm"
-    if slurm:
+    slurm = launch if launch is not None and launch.launcher == "slurm" else None
+    if slurm is not None:
         from thub.launch.submit import absolute_paths
 
         absolute_paths(resolved)  # the job runs elsewhere: before anything reads the run directory
     data = validate_training_data(resolved.values(), resolved.algorithm)
     translation = get_registry().translate(resolved.algorithm.name, resolved.backend.name, resolved.values())
     plan = Plan(resolved, data, translation, launch)
-    if slurm:
-        from thub.launch import slurm as scheduler
+    if slurm is not None:
+        from thub.launch.slurm import render_script
         from thub.launch.submit import slurm_launch
 
-        assert launch is not None
-        plan.slurm, plan.launch_section = slurm_launch(resolved, launch)
-        plan.script = scheduler.render_script(plan.slurm)
+        plan.slurm, plan.launch_section = slurm_launch(resolved, slurm)
+        plan.script = render_script(plan.slurm)
     return plan
