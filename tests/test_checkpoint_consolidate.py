@@ -231,6 +231,10 @@ def test_bad_inputs_exit_2_and_write_nothing(fsdp2_dcp: Path, tiny_model: Path, 
     (tmp_path / "empty").mkdir()
     _refused(consolidate(str(tmp_path / "empty"), "--out", str(out)), "not a checkpoint", "thub checkpoint ls")
     _refused(consolidate(str(tmp_path / "nowhere"), "--out", str(out)), "no such folder")
+    run = tmp_path / "run"
+    shutil.copytree(fsdp2_dcp, run / "checkpoints" / "step-1")
+    _refused(consolidate(str(run), "--out", str(out)), "a folder of 1 checkpoint(s)",
+             f"{run / 'checkpoints' / 'step-1'} (torch-dcp)")
     cut = tmp_path / "cut"
     shutil.copytree(fsdp2_dcp, cut)
     with (cut / "__1_0.distcp").open("r+b") as handle:

@@ -131,12 +131,17 @@ class DcpSource:
 def open_sharded(source: Path) -> ShardedSource:
     """The reader for ``source``; UsageError (exit 2) naming what ``thub checkpoint ls`` calls it
     when it is not a complete sharded checkpoint."""
-    from thub.checkpoint.layouts import LAYOUTS, detect
+    from thub.checkpoint.layouts import LAYOUTS, detect, find
 
     if not source.exists():
         raise UsageError(f"{source}: no such folder")
     found = detect(source)
     if found is None:
+        inside = find(source) if source.is_dir() else []
+        if inside:  # a run directory or a folder of checkpoints: name them, as `ls` does
+            listed = ", ".join(f"{c.path} ({c.layout})" for c in inside[:4]) + (", ..." if len(inside) > 4 else "")
+            raise UsageError(f"{source}: a folder of {len(inside)} checkpoint(s), not one: {listed}; "
+                             "consolidate one of them")
         raise UsageError(f"{source}: not a checkpoint (`thub checkpoint ls {source}` lists none there); "
                          "consolidate reads torch DCP, accelerate FSDP and DeepSpeed ZeRO checkpoints")
     what = f"{source}: {found.layout} ({LAYOUTS[found.layout]})"
