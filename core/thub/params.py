@@ -152,6 +152,10 @@ class BaseParams(BaseModel):
     save_steps: int | None = param(group="core", help="Save a checkpoint every N steps.", ge=1)
     checkpoint_at_epoch: bool | None = param(group="core", help="Save a checkpoint at the end of every epoch.")
     save_final_checkpoint: bool = param(True, group="core", help="Save the model when training ends.")
+    save_total_limit: int | None = param(group="core", ge=1,
+                                         help="Keep only the newest N complete checkpoints, deleting older ones "
+                                              "after each save; the one --resume would use, the final model and "
+                                              "the best one are always kept (unset: keep all).")
     trust_remote_code: bool = param(False, group="core", help="Allow model code from the model repository.")
     gradient_checkpointing: bool | None = param(group="core",
                                                 help="Trade compute for memory by recomputing activations.")

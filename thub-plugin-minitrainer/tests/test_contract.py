@@ -57,7 +57,7 @@ MATRIX: list[tuple[str, dict[str, Any]]] = [
              "mlflow_tracking_uri": "file:///tmp/ml", "mlflow_experiment_name": "x", "mlflow_run_name": "mr",
              "nproc_per_node": 8, "nnodes": 2, "node_rank": 1, "rdzv_id": "job7",
              "rdzv_endpoint": "host:29500"}),
-    ("sft", {"max_steps": 20, "save_steps": 5, "is_pretraining": True, "block_size": 1024,
+    ("sft", {"max_steps": 20, "save_steps": 5, "save_total_limit": 3, "is_pretraining": True, "block_size": 1024,
              "document_column_name": "text", "nproc_per_node": "auto", "master_addr": "10.0.0.1",
              "master_port": 29501}),
     ("osft", {"target_patterns": ["q_proj", "v_proj"], "unfreeze_rank_ratio": 0.5, "num_epochs": 2}),

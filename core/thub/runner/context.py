@@ -29,6 +29,10 @@ class RunContext:
         resume_from: checkpoint path to continue from, or None.
         record: ``thub_run.json`` as read once by the child (values redacted; use ``params``).
         metrics: the metrics writer (use it on the main process only).
+        retention: thub's own ``save_total_limit`` for a library that has none (the translation's
+            ``retention`` section, :func:`thub.backend.thub_retention`): set it, and each
+            :meth:`checkpoint` reported prunes the older ones (:mod:`thub.runner.retention`).
+        protected_checkpoints: paths retention never deletes (the best checkpoint by the run's metric).
 
     The data comes from one entry: :meth:`data` / :meth:`rows` for the rows, :meth:`prepare` for
     thub's tokenized file. Never read ``params["data_path"]`` yourself: the parent already
@@ -42,6 +46,8 @@ class RunContext:
     resume_from: str | None = None
     # thub_run.json as the child read it (secrets redacted): sources and versions, for the trackers
     record: dict[str, Any] = field(default_factory=dict, repr=False)
+    retention: dict[str, Any] | None = None
+    protected_checkpoints: set[str] = field(default_factory=set)
     metrics: MetricsWriter = field(init=False)
     _stop_signal: int | None = field(default=None, init=False)
     _data: TrainingData | None = field(default=None, init=False, repr=False)
@@ -74,12 +80,19 @@ class RunContext:
         signal.signal(signal.SIGINT, handler)
 
     def checkpoint(self, path: str | Path, step: int) -> None:
-        """Report a saved checkpoint (the parent fires a ``checkpoint`` event)."""
+        """Report a complete saved checkpoint (the parent fires a ``checkpoint`` event); with
+        :attr:`retention` set, the older complete ones beside it beyond ``save_total_limit`` are
+        deleted then (never this one, the final model or a protected one)."""
         if not self.is_main:
             return
         line = json.dumps({"event": "checkpoint", "path": str(path), "step": step, "timestamp": time.time()})
         with open(self.run_dir.events, "a") as handle:
             handle.write(line + "\n")
+        if self.retention:
+            from thub.runner.retention import prune
+
+            prune(path, int(self.retention["save_total_limit"]), root=self.run_dir.path,
+                  protect={*self.protected_checkpoints, str(self.run_dir.path / "final")})
 
     def data(self) -> TrainingData:
         """The rows this run trains on, validated, normalised and mixed, with their locations

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 OPTIONAL_TRAINING_ARGS = {
     "save_steps": "save_steps", "lr_scheduler_kwargs": "lr_scheduler_kwargs", "warmup_steps": "warmup_steps",
     "beta1": "adam_beta1", "beta2": "adam_beta2", "eps": "adam_epsilon", "weight_decay": "weight_decay",
-    "max_grad_norm": "max_grad_norm",
+    "max_grad_norm": "max_grad_norm", "save_total_limit": "save_total_limit",
 }
 
 

@@ -98,6 +98,7 @@ def run(context: RunContext) -> dict[str, Any]:
         say(f"instructlab-training resumes from {resumed[0]}, the newest complete full_state/ checkpoint")
 
     converter = MetricsConverter(max_steps_for(report, args), args["num_epochs"])
+    context.retention = plan["retention"]  # thub's save_total_limit: applied as each save is reported
     follower = OutputFollower(
         args["ckpt_output_dir"], converter,
         emit=lambda line: context.metrics.log(line.pop("step"), **line),

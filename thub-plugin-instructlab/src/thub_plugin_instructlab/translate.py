@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from thub.backend import UsageError
+from thub.backend import UsageError, thub_retention
 
 BACKEND = "instructlab-training"
 
@@ -58,7 +58,7 @@ _DIRECT = {
 _SFT = frozenset({
     *_DIRECT, *TORCHRUN_PARAMS,
     "max_tokens_per_gpu", "beta1", "beta2", "data_output_dir", "unmask_messages",
-    "is_pretraining", "block_size",
+    "is_pretraining", "block_size", "save_total_limit",
 })
 
 HONOURED: dict[str, frozenset[str]] = {"sft": _SFT}
@@ -219,5 +219,8 @@ def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, s
             "min_tokens": MIN_SAMPLE_TOKENS,
             "processed_file": f"{args['data_output_dir']}/data.jsonl",
         },
+        # instructlab-training has no limit (keep_last_checkpoint_only overwrites one last_epoch folder in
+        # place: none is complete while it is written): thub prunes hf_format/samples_N as each is reported
+        "retention": thub_retention(params),
         "notes": notes,
     }

@@ -20,7 +20,7 @@ PREFERENCE_FILE = "train.json"
 
 _SFT = frozenset({
     "num_epochs", "max_steps", "effective_batch_size", "learning_rate", "max_seq_len", "seed",
-    "save_steps", "checkpoint_at_epoch", "trust_remote_code", "gradient_checkpointing",
+    "save_steps", "checkpoint_at_epoch", "save_total_limit", "trust_remote_code", "gradient_checkpointing",
     "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm",
     "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",
     "logging_steps", "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",

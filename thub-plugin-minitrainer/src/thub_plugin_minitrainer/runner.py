@@ -116,6 +116,7 @@ def run(context: RunContext) -> dict[str, Any]:
     # thub's parameters (with their sources) into the W&B / MLflow runs mini-trainer opens itself
     os.environ.update(library_tracker_environment(context, ("wandb", "mlflow"), via="mini-trainer"))
     worker = _Training(*build(plan))
+    context.retention = plan["retention"]  # thub's save_total_limit: applied as each save is reported
     reported: set[Path] = {path for path, _, _ in hf_checkpoints(out)}
     requested = False
 

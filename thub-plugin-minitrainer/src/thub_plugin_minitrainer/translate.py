@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from thub.backend import UsageError, torchrun_values
+from thub.backend import UsageError, thub_retention, torchrun_values
 
 _COMMON = frozenset({
     "num_epochs", "max_steps", "effective_batch_size", "learning_rate", "max_seq_len", "max_tokens_per_gpu",
     "seed", "data_output_dir", "save_samples", "save_steps", "checkpoint_at_epoch", "save_final_checkpoint",
-    "trust_remote_code", "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps", "logging_steps",
+    "save_total_limit", "trust_remote_code", "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps", "logging_steps",
     "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",
     "wandb_project", "wandb_entity", "wandb_run_name", "mlflow_tracking_uri", "mlflow_experiment_name",
     "mlflow_run_name", "unmask_messages", "use_liger", "validation_split", "validation_frequency",
@@ -249,4 +249,7 @@ def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, s
         },
         "environment": {"CHECKPOINT_TRIGGER_FILENAME": trigger_filename(params)},
         "logging_steps": params["logging_steps"],
+        # mini-trainer 0.9.0 keeps every hf_format/samples_N (TrainingArgs has no limit): thub prunes them
+        # as each is reported; the full_state_checkpoints/ a resume uses are never pruned
+        "retention": thub_retention(params),
     }

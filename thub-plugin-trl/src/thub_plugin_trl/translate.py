@@ -12,7 +12,7 @@ from typing import Any
 from thub.backend import UsageError, cuda_visible, optional_training_args, report_settings, split_batch, world_size
 
 _BASE = frozenset({
-    "num_epochs", "max_steps", "learning_rate", "seed", "save_steps", "checkpoint_at_epoch",
+    "num_epochs", "max_steps", "learning_rate", "seed", "save_steps", "checkpoint_at_epoch", "save_total_limit",
     "save_final_checkpoint", "trust_remote_code", "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps",
     "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "logging_steps",
     "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",

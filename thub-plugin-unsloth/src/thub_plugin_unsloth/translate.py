@@ -17,7 +17,7 @@ BACKEND = "unsloth"
 _HONOURED = frozenset({
     # training length, optimiser, saving
     "num_epochs", "max_steps", "effective_batch_size", "learning_rate", "max_seq_len", "seed", "save_steps",
-    "checkpoint_at_epoch", "save_final_checkpoint", "trust_remote_code", "gradient_checkpointing",
+    "checkpoint_at_epoch", "save_final_checkpoint", "save_total_limit", "trust_remote_code", "gradient_checkpointing",
     "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps", "beta1", "beta2", "eps", "weight_decay",
     "max_grad_norm", "logging_steps",
     # loggers

@@ -33,7 +33,7 @@ MAX_PPO_MINI_BATCH = 256
 LOG_PROB_MICRO_BATCH = 2
 
 _BASE = frozenset({
-    "num_epochs", "max_steps", "learning_rate", "seed", "save_steps", "save_final_checkpoint",
+    "num_epochs", "max_steps", "learning_rate", "seed", "save_steps", "save_final_checkpoint", "save_total_limit",
     "trust_remote_code", "gradient_checkpointing", "lr_scheduler", "warmup_steps", "beta1", "beta2",
     "weight_decay", "max_grad_norm", "nproc_per_node", "nnodes",
     "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir", "mlflow_tracking_uri",
@@ -350,6 +350,10 @@ def translate(algorithm: str, params: dict[str, Any], num_prompts: int | None = 
     }
     if resume_from:
         o["trainer.resume_from_path"] = resume_from
+    if params.get("save_total_limit") is not None:
+        # verl's CheckpointManager rotates global_step_N/actor itself (with 1, the old one goes only
+        # once the new one is saved); unset: verl's null, every checkpoint kept
+        o["trainer.max_actor_ckpt_to_keep"] = params["save_total_limit"]
     if scheduler is not None:
         o[f"{actor}.optim.lr_scheduler_type"] = _SCHEDULERS[scheduler]
     if steps and (params.get("max_steps") or params.get("num_iterations")):
