@@ -76,9 +76,9 @@ _EXPORTS: dict[str, str] = {
     # resuming a library that finds its own checkpoints: thub decides which one
     "library_resume_point": "thub.runner.checkpoints",
     "saved_file_problem": "thub.runner.checkpoints",
-    # after training: an adapter merged into its base (PEFT's merge; `thub checkpoint merge` is the same)
     # save_total_limit for a library without one: the plan's retention, applied by context.checkpoint()
     "thub_retention": "thub.runner.retention",
+    # after training: an adapter merged into its base (PEFT's merge; `thub checkpoint merge` is the same)
     "merge_adapter": "thub.checkpoint.merge",
     # files
     "write_text_atomic": "thub.fileio",
@@ -127,9 +127,9 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
         with_legacy_logging_dir,
     )
     from thub.runner.metrics import MetricsTail, MetricsWriter, read_metrics, truncate_after
+    from thub.runner.retention import thub_retention
     from thub.runner.rootcause import root_cause_from_file
     from thub.selection import cuda_visible, installed_version, requirement_problem, when_gpu_visible
-    from thub.runner.retention import thub_retention
     from thub.specs import (
         BackendSpec,
         CheckContext,
