@@ -50,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     "load_tokenizer": "thub.data",
     "pretraining_blocks": "thub.data.blocks",
     "processed_samples": "thub.data.expected",
+    "supervised_examples": "thub.data.examples",
     # a data kind of the plugin's own (thub_register_data_kinds): its spec, the pieces its
     # validator is built from (file:line errors alike), and what its preview is built from
     "DataKindSpec": "thub.specs",
@@ -105,6 +106,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
     from thub.checkpoint.merge import merge_adapter
     from thub.data import load_tokenizer, tokenize_chat
     from thub.data.blocks import pretraining_blocks
+    from thub.data.examples import supervised_examples
     from thub.data.expected import processed_samples
     from thub.data.formats import DatasetSource, RowCheck, check_messages, describe, sharegpt_tags
     from thub.data.prepare import PrepareResult

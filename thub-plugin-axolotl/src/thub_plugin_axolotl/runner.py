@@ -28,27 +28,16 @@ def thub_examples(rows: list[dict[str, Any]], locations: list[str], tokenizer: A
     plan's data settings (``data``: mode, max_seq_len, overlong, unmask_messages, block_size), and
     thub's report lines.
 
-    Chat rows: thub's :func:`thub.backend.tokenize_chat` (the model's chat template, thub's mask,
-    ``unmask_messages`` and a row's ``unmask``: every token; the ``overlong`` policy, each cut or
-    dropped row counted). Documents: :func:`thub.backend.pretraining_blocks`. Pre-tokenized rows:
-    :func:`thub.backend.processed_samples` (the same overlong policy).
+    :func:`thub.backend.supervised_examples` (chat under thub's masks and the ``overlong``
+    policy, pretraining blocks, or pre-tokenized rows), with the attention mask axolotl needs.
     """
-    from thub.backend import pretraining_blocks, processed_samples, tokenize_chat
+    from thub.backend import supervised_examples
 
-    lines: list[str] = []
-    if data["mode"] == "pretraining":
-        try:
-            examples = pretraining_blocks(rows, tokenizer, data["block_size"])
-        except ValueError as exc:
-            raise UsageError(f"block_size: {exc}") from None
-        lines.append(f"thub: {len(examples)} blocks of {data['block_size']} tokens from {len(rows)} documents")
-    elif rows and "input_ids" in rows[0]:
-        examples, _origin = processed_samples(rows, data["max_seq_len"], data["overlong"], locations)
-    else:
-        examples, stats = tokenize_chat(rows, tokenizer, data["max_seq_len"], unmask=data["unmask_messages"],
-                                        overlong=data["overlong"], locations=locations)
-        lines.append(f"thub: tokenized {len(examples)} of {len(rows)} samples with the model's chat template")
-        lines += [f"thub: WARNING: {warning}" for warning in stats.warnings()]
+    pretraining = data["mode"] == "pretraining"  # the plan's pretraining entry has block_size only
+    examples, lines = supervised_examples(
+        rows, locations, tokenizer, max_seq_len=None if pretraining else data["max_seq_len"],
+        overlong=data.get("overlong", "truncate"), unmask=bool(data.get("unmask_messages")),
+        block_size=data["block_size"] if pretraining else None)
     # axolotl takes a dataset as pre-tokenized only with all three columns
     return [{**e, "attention_mask": [1] * len(e["input_ids"])} for e in examples], lines
 

@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from thub.backend import TrainingData, UsageError
+from thub.backend import TrainingData, UsageError, supervised_examples
 
 IGNORE = -100
 DIGEST_FILE = "thub_tokenized.json"
@@ -41,27 +41,6 @@ def load_backend_tokenizer(params: dict[str, Any]) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(params["model_path"], trust_remote_code=bool(params.get("trust_remote_code")))
-
-
-def thub_examples(data: TrainingData, tokenizer: Any, params: dict[str, Any], pretraining: bool,
-                  ) -> tuple[list[dict[str, list[int]]], list[str]]:
-    """``{"input_ids", "labels"}`` per example as thub builds them, and thub's report lines."""
-    from thub.backend import pretraining_blocks, processed_samples, tokenize_chat
-
-    rows = data.rows
-    if pretraining:
-        try:
-            blocks = pretraining_blocks(rows, tokenizer, params["block_size"])
-        except ValueError as exc:
-            raise UsageError(f"block_size: {exc}") from None
-        return blocks, [f"thub: {len(blocks)} blocks of {params['block_size']} tokens from {len(rows)} documents"]
-    if rows and "input_ids" in rows[0]:  # already tokenized rows under the run's overlong policy
-        samples, _origin = processed_samples(rows, params["max_seq_len"], params["overlong"], data.locations)
-        return samples, [f"thub: {len(samples)} of {len(rows)} pre-tokenized samples kept"]
-    samples, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=bool(params.get("unmask_messages")),
-                                   overlong=params["overlong"], locations=data.locations)
-    lines = [f"thub: tokenized {len(samples)} of {len(rows)} samples with the model's chat template"]
-    return samples, lines + [f"thub: WARNING: {warning}" for warning in stats.warnings()]
 
 
 def pack(examples: list[dict[str, list[int]]], capacity: int, pad_id: int) -> list[dict[str, list[int]]]:
@@ -138,7 +117,9 @@ def write_dataset(data: TrainingData, params: dict[str, Any], plan: dict[str, An
     """Tokenize ``data`` as thub does and save it at the plan's ``tokenized_path``; report lines."""
     tokenizer = load_backend_tokenizer(params)
     pretraining = plan["data"]["mode"] == "pretraining"
-    examples, lines = thub_examples(data, tokenizer, params, pretraining)
+    examples, lines = supervised_examples(
+        data.rows, data.locations, tokenizer, max_seq_len=params["max_seq_len"], overlong=params["overlong"],
+        unmask=bool(params.get("unmask_messages")), block_size=params["block_size"] if pretraining else None)
     if not examples:
         raise UsageError("no example left to train on after tokenizing (see the warnings above)")
     if not pretraining and params.get("packing"):

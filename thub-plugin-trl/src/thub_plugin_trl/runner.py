@@ -25,23 +25,17 @@ def _load_tokenizer(plan: dict[str, Any]) -> Any:
 def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
     from datasets import Dataset
 
-    from thub.backend import pretraining_blocks, processed_samples, tokenize_chat
+    from thub.backend import supervised_examples
 
     params = context.params
     data = context.data()  # the rows thub validated before the run (datasets and mixing applied)
-    rows, locations = data.rows, data.locations
-    if plan["data"]["mode"] == "pretraining":
-        prepared = pretraining_blocks(rows, tokenizer, params["block_size"])
-    elif rows and "input_ids" in rows[0]:
-        # already tokenized rows under the run's overlong policy, as thub validated them
-        prepared, _origin = processed_samples(rows, params["max_seq_len"], plan["data"]["overlong"], locations)
-    else:
-        # thub's own masking: correct for any chat template, overlong samples counted, not hidden
-        prepared, stats = tokenize_chat(rows, tokenizer, params["max_seq_len"], unmask=params["unmask_messages"],
-                                        overlong=plan["data"]["overlong"], locations=locations)
-        print(f"thub: prepared {len(prepared)} of {len(rows)} samples", flush=True)
-        for warning in stats.warnings():
-            print(f"thub: WARNING: {warning}", flush=True)
+    # thub's own masking: correct for any chat template, overlong samples counted, not hidden
+    prepared, lines = supervised_examples(
+        data.rows, data.locations, tokenizer, max_seq_len=params["max_seq_len"], overlong=plan["data"]["overlong"],
+        unmask=params["unmask_messages"],
+        block_size=params["block_size"] if plan["data"]["mode"] == "pretraining" else None)
+    for line in lines:
+        print(line, flush=True)
     dataset = Dataset.from_list(prepared)
     if plan["data"]["validation_split"]:
         split = dataset.train_test_split(test_size=plan["data"]["validation_split"], seed=params["seed"])
