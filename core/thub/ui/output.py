@@ -101,7 +101,7 @@ def column_widths(columns: list[str], rows: list[list[str]], width: int) -> list
     cells = [[column, *(str(row[index]) for row in rows)] for index, column in enumerate(columns)]
     natural = [max(len(line) for cell in column for line in cell.splitlines() or [""]) for column in cells]
     # a header stays on one line: it counts as one word
-    words = [max(len(column[0]), *(len(word) for cell in column[1:] for word in cell.split())) for column in cells]
+    words = [max([len(column[0]), *(len(word) for cell in column[1:] for word in cell.split())]) for column in cells]
     if sum(natural) + 2 * (len(columns) - 1) <= width:
         return None
     room = width - (len(columns) - 1)
