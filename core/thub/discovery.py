@@ -7,7 +7,8 @@ entry points (and the plugin commands, see :mod:`thub.cli.plugin_commands`) are 
 ``$XDG_CACHE_HOME/thub/`` (``~/.cache/thub``) under a fingerprint of where plugins come from:
 the Python version, the distribution folders (``*.dist-info``/``*.egg-info``) of every
 ``sys.path`` entry with their modification times (installing, upgrading or removing a
-distribution changes them), and ``THUB_PLUGINS``/``THUB_DISABLE_PLUGINS``. Computing it is one
+distribution changes them), the folder thub itself is loaded from, and
+``THUB_PLUGINS``/``THUB_DISABLE_PLUGINS``. Computing it is one
 directory listing per ``sys.path`` entry and one ``stat`` per distribution; nothing is read.
 A stale or unreadable cache only costs one slow discovery, which rewrites it.
 """
@@ -50,8 +51,10 @@ def fingerprint() -> str:
     # entries without distributions (the script's folder, the working directory) cannot provide
     # plugins and are left out, so `thub` and `python -m thub` share one cache entry
     places = [[entry, found] for entry in sys.path if (found := distribution_folders(entry))]
+    # where thub itself is loaded from: a second checkout first on PYTHONPATH (no distribution
+    # folder there) has other built-in plugins and commands than the installed one
     parts = [CACHE_VERSION, sys.version, os.environ.get("THUB_PLUGINS"), os.environ.get("THUB_DISABLE_PLUGINS"),
-             places]
+             places, os.path.dirname(os.path.abspath(__file__))]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
