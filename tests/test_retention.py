@@ -251,3 +251,29 @@ def test_mini_trainer_runner_prunes_its_hf_format_saves(saved_model: Path, tiny_
     assert outcome["final_checkpoint"] == str(hf_format / "samples_64")
     events = [json.loads(x) for x in run_dir.events.read_text().splitlines()]
     assert [Path(e["path"]).name for e in events] == ["samples_16", "samples_32", "samples_48", "samples_64"]
+
+
+# --- Training Hub's names --------------------------------------------------------------------------------
+
+def test_training_hub_save_total_limit_is_thubs(tmp_path: Path) -> None:
+    import thub
+
+    plan = thub.dry_run("lora_sft", backend="trl", model_path="m", data_path=str(ROOT / "examples" / "data" /
+                        "chat.jsonl"), ckpt_output_dir=str(tmp_path / "o"), save_steps=10, save_total_limit=3)
+    assert plan["parameters"]["save_total_limit"]["value"] == 3
+    assert plan["translation"]["config"]["save_total_limit"] == 3
+
+
+@pytest.mark.parametrize(("keep_last", "limit"), [(True, 1), (False, None)])
+def test_training_hub_keep_last_checkpoint_only_is_a_limit_of_one(keep_last: bool, limit: int | None,
+                                                                  tmp_path: Path) -> None:
+    import thub
+
+    if "instructlab-training" not in load_registry().backends:
+        pytest.skip("thub-plugin-instructlab is not installed")
+    plan = thub.dry_run("sft", backend="instructlab-training", model_path="m",
+                        data_path=str(ROOT / "examples" / "data" / "chat.jsonl"), ckpt_output_dir=str(tmp_path / "o"),
+                        num_epochs=1, effective_batch_size=8, learning_rate=1e-5, max_seq_len=256,
+                        max_tokens_per_gpu=512, keep_last_checkpoint_only=keep_last)
+    assert plan["parameters"]["save_total_limit"]["value"] == limit
+    assert (plan["translation"]["retention"] or {}).get("save_total_limit") == limit

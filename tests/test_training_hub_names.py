@@ -176,12 +176,13 @@ def dry(function: str, **params: Any) -> dict[str, Any]:
 
 
 def test_lora_example_parameter_set_on_trl(tmp_path: Path) -> None:
-    """examples/scripts/lora_example.py's train_kwargs (save_total_limit aside: refused below)."""
+    """examples/scripts/lora_example.py's train_kwargs, save_total_limit with them (thub's own parameter)."""
     plan = dry("lora_sft", backend="trl", model_path="m", data_path=DATA, ckpt_output_dir=str(tmp_path),
                lora_r=32, lora_alpha=64, lora_dropout=0.0, num_epochs=3, learning_rate=1e-4, micro_batch_size=1,
                max_seq_len=2048, dataset_type="chat_template", field_messages="messages",
                field_instruction="instruction", field_input="input", field_output="output", load_in_4bit=False,
-               load_in_8bit=False, bf16=True, sample_packing=True, logging_steps=10, save_steps=200)
+               load_in_8bit=False, bf16=True, sample_packing=True, logging_steps=10, save_steps=200,
+               save_total_limit=3)
     params = plan["parameters"]
     assert params["effective_batch_size"]["value"] == 1
     assert "training-hub name micro_batch_size → effective_batch_size" in params["effective_batch_size"]["source"]
@@ -189,9 +190,7 @@ def test_lora_example_parameter_set_on_trl(tmp_path: Path) -> None:
     assert "training-hub name sample_packing → packing" in params["packing"]["source"]
     assert params["data_format"]["value"] == "messages"
     assert any(note.startswith("bf16=True") for note in plan["training_hub_notes"])
-    with pytest.raises(UsageError, match="save_total_limit is not supported by thub: thub keeps every checkpoint"):
-        dry("lora_sft", backend="trl", model_path="m", data_path=DATA, ckpt_output_dir=str(tmp_path),
-            save_total_limit=3)
+    assert params["save_total_limit"]["value"] == 3 and plan["translation"]["config"]["save_total_limit"] == 3
 
 
 def test_micro_batch_and_accumulation_give_the_effective_batch(tmp_path: Path) -> None:
@@ -264,10 +263,10 @@ def test_config_file_and_set_take_training_hub_names(thub_cli, tmp_path: Path) -
     assert plan["parameters"]["rdzv_id"]["value"] == "100"
     assert plan["parameters"]["packing"]["value"] is False
     config.write_text(yaml.safe_dump({"model_path": "m", "data_path": DATA, "ckpt_output_dir": "o",
-                                      "save_total_limit": 2}))
+                                      "checkpoint_storage": "s3://bucket/run"}))
     result = thub_cli("train", "lora_sft", "--backend", "trl", "--config", str(config), "--dry-run")
     assert result.exit_code == 2
-    assert f"{config}:" in result.stderr and "save_total_limit is not supported by thub" in result.stderr
+    assert f"{config}:" in result.stderr and "checkpoint_storage is not supported by thub" in result.stderr
 
 
 @pytest.mark.needs_backend("verl")

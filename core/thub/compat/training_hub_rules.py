@@ -187,6 +187,14 @@ def _processed(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
     return {"data_format": "processed"} if value else {}
 
 
+def _keep_last(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
+    """instructlab's ``keep_last_checkpoint_only`` overwrites one ``last_epoch`` folder; thub keeps the newest
+    complete checkpoint instead (``save_total_limit: 1``), never deleting it before the next one is saved."""
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, found {value!r}")
+    return {"save_total_limit": 1} if value else {}
+
+
 def _dataset_type(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
     formats = {"chat_template": "messages", "alpaca": "alpaca"}
     if value not in formats:
@@ -297,8 +305,9 @@ RULES: dict[str, Rule] = {
     "lora": refuse("LoRA is its own algorithm in thub: thub.lora_sft(...) or thub train lora_sft"),
     "process_data": fixed((True,), "thub always prepares the data; for pre-tokenised rows use "
                                    "data_format: processed"),
-    "keep_last_checkpoint_only": refuse("thub keeps every checkpoint (result.json lists them): save less often "
-                                        "with save_samples/checkpoint_at_epoch, or delete old ones"),
+    "keep_last_checkpoint_only": Rule("mapped", "True: save_total_limit 1 (the newest complete checkpoint is kept, "
+                                                "each older one deleted once a new one is saved); False: every "
+                                                "checkpoint kept", "save_total_limit", _keep_last),
     "pretraining_config": refuse("use is_pretraining, block_size and document_column_name"),
     "data_process_num_cpu_procs": refuse("thub chooses the number of data-processing workers"),
     "log_level": refuse("thub writes the backend's log to logs/train.log at the library's default level"),
@@ -347,8 +356,6 @@ RULES: dict[str, Rule] = {
     "tf32": fixed((True, False), "no effect in Training Hub either (never passed to the trainer); thub leaves TF32 "
                                  "at PyTorch's default"),
     "eval_steps": rename("validation_frequency", "thub evaluates on validation_split held out of data_path"),
-    "save_total_limit": refuse("thub keeps every checkpoint (result.json lists them): save less often with "
-                               "save_steps, or delete old ones after the run"),
     "dataset_type": Rule("mapped", "chat_template: data_format messages; alpaca: data_format alpaca", "data_format",
                          _dataset_type),
     "field_messages": Rule("fixed", "the list key 'messages' is accepted; another key: a dataset mapping "
