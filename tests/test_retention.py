@@ -277,3 +277,13 @@ def test_training_hub_keep_last_checkpoint_only_is_a_limit_of_one(keep_last: boo
                         max_tokens_per_gpu=512, keep_last_checkpoint_only=keep_last)
     assert plan["parameters"]["save_total_limit"]["value"] == limit
     assert (plan["translation"]["retention"] or {}).get("save_total_limit") == limit
+
+
+def test_art_refuses_it(tmp_path: Path) -> None:
+    """ART saves an adapter every step and its delete_checkpoints keeps the newest and the best, with no count."""
+    if "art" not in load_registry().backends:
+        pytest.skip("thub-plugin-art is not installed")
+    done = thub("train", "lora_grpo", "--backend", "art", "--model-path", "m", "--data-path",
+                str(ROOT / "examples" / "data" / "grpo.jsonl"), "--ckpt-output-dir", str(tmp_path / "o"),
+                "--reward", "length", "--save-total-limit", "2", "--dry-run")
+    assert done.returncode == 2 and "save_total_limit" in done.stderr and "Traceback" not in done.stderr
