@@ -149,6 +149,20 @@ def alpaca_rows() -> list[dict]:
     return rows
 
 
+def preference_rows() -> list[dict]:
+    """16 preference pairs (TRL's prompt/chosen/rejected, plain text) for the dpo demo: the chat
+    rows' right answer chosen, a wrong one rejected (the next capital, a sum off by one). Built
+    from the chat rows' own strings, so the tokenizer trained on :func:`all_texts` knows them."""
+    rows = []
+    for i, (country, capital) in enumerate(CAPITALS):
+        wrong = CAPITALS[(i + 1) % len(CAPITALS)][1]
+        rows.append({"prompt": f"What is the capital of {country}?", "chosen": f"{capital}.",
+                     "rejected": f"{wrong}."})
+    for a, b in CHAT_SUMS[:8]:
+        rows.append({"prompt": f"{a}+{b}", "chosen": f"{a + b}", "rejected": f"{a + b + 1}"})
+    return rows
+
+
 DATASETS = {
     "chat.jsonl": chat_rows,
     "grpo.jsonl": grpo_rows,
@@ -177,10 +191,14 @@ def all_texts() -> list[str]:
     return texts
 
 
+# written too, but not tokenizer text: adding them must not change the tiny model
+EXTRA_DATASETS = {"preference.jsonl": preference_rows}
+
+
 def write(out: Path) -> dict[str, int]:
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
-    for name, make in DATASETS.items():
+    for name, make in {**DATASETS, **EXTRA_DATASETS}.items():
         rows = make()
         with open(out / name, "w", encoding="utf-8", newline="\n") as f:
             for row in rows:

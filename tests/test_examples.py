@@ -292,3 +292,18 @@ def test_config_parses_and_points_at_the_demo(name):
     assert (ROOT / cfg["data_path"]).is_file()
     assert cfg["ckpt_output_dir"].startswith("runs/")
     assert isinstance(cfg["learning_rate"], float)
+
+
+def test_preference_jsonl():
+    """The dpo demo's pairs: TRL's plain prompt/chosen/rejected, the chat rows' right answer chosen, and
+    read by thub as the preference kind (no row refused)."""
+    from thub.data import load_dataset_rows
+
+    rows = _rows("preference.jsonl")
+    assert len(rows) == 16
+    for n, row in enumerate(rows, 1):
+        assert set(row) == {"prompt", "chosen", "rejected"} and row["chosen"] != row["rejected"], n
+    chat_answers = {m["content"] for row in _rows("chat.jsonl") for m in row["messages"] if m["role"] == "assistant"}
+    assert all(row["chosen"] in chat_answers for row in rows)
+    canonical = load_dataset_rows(str(DATA / "preference.jsonl"))
+    assert [row["chosen"] for row in canonical][0] == [{"role": "assistant", "content": rows[0]["chosen"]}]

@@ -126,7 +126,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Show thub's version and its plugins, then exit.")
 def cli() -> None:
-    """thub: LLM post-training (SFT, OSFT, LoRA, GRPO) on the backend of your choice.
+    """thub: LLM post-training (SFT, OSFT, LoRA, GRPO, DPO, KTO) on the backend of your choice.
 
     \b
     Examples:
