@@ -239,16 +239,19 @@ def _source_model(source: str, base: str | None, config: Any) -> tuple[Any, str]
         return model.eval(), f"the adapter {source} on {base_path}, unmerged"
     if found is not None and found.layout == "hf-model":
         return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval(), f"the model {source}"
-    import importlib
+    from thub.checkpoint.consolidate import source_state_dict
 
-    try:  # consolidate's loader of a sharded checkpoint by its own library (DCP, DeepSpeed, ...)
-        load = importlib.import_module("thub.checkpoint.consolidate").source_state_dict
-    except (ImportError, AttributeError):
-        raise UsageError(f"--source {source}: a {found.layout if found else 'unknown'} checkpoint: thub cannot load "
-                         "it by its own library here") from None
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict({k: v.float() for k, v in load(Path(source)).items()}, strict=False, assign=True)
+    state = source_state_dict(Path(source))  # by the library that wrote it (DCP's loader, zero_to_fp32)
+    # built on the CPU from the config, so what the checkpoint does not save is made by the model's
+    # own init: non-persistent buffers (Llama's rotary inv_freq) would stay on the meta device otherwise
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    missing = [name for name in missing if name not in tied]
+    if missing or unexpected:
+        raise UsageError(f"--source {source}: its weights do not fit {type(model).__name__} of config.json "
+                         f"({len(missing)} missing, e.g. {', '.join(missing[:3]) or '-'}; {len(unexpected)} "
+                         f"unexpected, e.g. {', '.join(unexpected[:3]) or '-'})")
     return model.eval(), f"the {found.layout if found else ''} checkpoint {source}, loaded by its own library"
 
 

@@ -1,0 +1,68 @@
+"""``thub checkpoint verify DIR --source SHARDED``: a consolidated FSDP2 DCP checkpoint compared, logits for logits,
+with the checkpoint loaded by torch's own DCP loader (the source model built on the CPU with every buffer the
+checkpoint does not save, e.g. Llama's rotary ``inv_freq``); a consolidated output with one tensor changed fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.needs_module("torch", "safetensors", "transformers")]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def thub(*args: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"thub-export-tests-{os.getpid()}")
+    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=environ,
+                          timeout=900)
+
+
+@pytest.fixture(scope="module")
+def consolidated(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the FSDP2 DCP checkpoint of the tiny model from 2 gloo processes, its consolidated HF folder)."""
+    root = tmp_path_factory.mktemp("fsdp2-source")
+    dcp = root / "dcp"
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "write_fsdp2_dcp.py"), "--model", str(tiny_model),
+                           "--out", str(dcp), "--nproc", "2"], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = thub("checkpoint", "consolidate", str(dcp), "--out", str(root / "hf"), "--base", str(tiny_model))
+    assert done.returncode == 0, done.stderr
+    return dcp, root / "hf"
+
+
+def test_verify_source_compares_logits_with_the_dcp_checkpoint(consolidated: tuple[Path, Path]) -> None:
+    dcp, hf = consolidated
+    done = thub("checkpoint", "verify", str(hf), "--source", str(dcp), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    report = json.loads(done.stdout)
+    logits = next(c for c in report["checks"] if c["check"] == "logits")
+    assert logits["ok"] is True and "loaded by its own library" in logits["message"], logits
+
+
+def test_verify_source_fails_on_a_changed_tensor(consolidated: tuple[Path, Path], tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    dcp, hf = consolidated
+    changed = tmp_path / "changed"
+    shutil.copytree(hf, changed)
+    tensors = load_file(str(changed / "model.safetensors"))
+    name = next(n for n in tensors if n.endswith("layers.0.self_attn.q_proj.weight"))
+    tensors[name] = tensors[name] * 3 + 0.5  # finite and the right shape: only the logits can tell
+    save_file(tensors, str(changed / "model.safetensors"), metadata={"format": "pt"})
+    done = thub("checkpoint", "verify", str(changed), "--source", str(dcp), "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["failed"]["check"] == "logits", report["failed"]
+    checks = {c["check"]: c["ok"] for c in report["checks"]}
+    assert checks["shapes"] is True and checks["finite"] is True
+    assert str(dcp) in report["failed"]["message"] and "tolerance" in report["failed"]["message"]
