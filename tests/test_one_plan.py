@@ -16,6 +16,7 @@ import pytest
 from thub.errors import UsageError
 
 DATA = Path(__file__).parents[1] / "examples" / "data"
+TINY = Path(__file__).parents[1] / "examples" / "tiny"
 SURFACES = ("cli", "slurm", "api")
 #: the real runs refuse what their dry runs refuse, before anything starts (the same plan)
 RUNS = ("cli run", "slurm submit", "api run")
@@ -76,6 +77,17 @@ def _bad_rows(tmp_path: Path) -> Path:
     return path
 
 
+def _tool_call_pair(tmp_path: Path) -> Path:
+    """A dpo pair whose prompt holds a tool result: valid preference data (trl trains it), which
+    LLaMA-Factory's sharegpt ranking format cannot hold (its converter would skip the row)."""
+    path = tmp_path / "tools.jsonl"
+    prompt = [{"role": "user", "content": "what is 6 x 7?"}, {"role": "tool", "content": "42"},
+              {"role": "user", "content": "so?"}]
+    path.write_text(json.dumps({"prompt": prompt, "chosen": [{"role": "assistant", "content": "42"}],
+                                "rejected": [{"role": "assistant", "content": "41"}]}) + "\n")
+    return path
+
+
 #: case -> (algorithm, the parameters that differ from a valid trl sft run, what the refusal names)
 CASES: dict[str, tuple[str, Callable[[Path], dict[str, Any]], str | None]] = {
     "valid": ("sft", lambda tmp: {}, None),
@@ -86,13 +98,21 @@ CASES: dict[str, tuple[str, Callable[[Path], dict[str, Any]], str | None]] = {
     "batch that does not split": ("sft", lambda tmp: {"effective_batch_size": 5}, "nearest valid values: 4, 6"),
     "kind the algorithm does not accept": ("sft", lambda tmp: {"data_path": str(DATA / "grpo.jsonl")},
                                            "grpo.jsonl:1"),
+    # the backend's row check (BackendSpec.check_rows): rows its library's format cannot hold
+    # (a local model: the preference gate loads its tokenizer, and model "m" is no local folder)
+    "row the backend cannot hold": ("dpo", lambda tmp: {"data_path": str(_tool_call_pair(tmp)),
+                                                        "model_path": str(TINY)},
+                                    "tools.jsonl:1.prompt[1]: a tool call or tool result"),
 }
+#: the cases on another backend than trl (registered here; its library need not be installed)
+BACKENDS = {"row the backend cannot hold": "llamafactory"}
 
 
 @pytest.mark.needs_backend("trl")
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_dry_run_gives_the_same_plan_and_the_same_refusal(thub_cli, tmp_path: Path, case: str) -> None:
     algorithm, change, named = CASES[case]
+    backend = BACKENDS.get(case, "trl")
     out = tmp_path / "run"
     params = {"model_path": "m", "data_path": str(DATA / "chat.jsonl"), "ckpt_output_dir": str(out),
               # nnodes given: else --launcher slurm takes it from the cluster profile (source "cluster local")
@@ -108,7 +128,7 @@ def test_every_dry_run_gives_the_same_plan_and_the_same_refusal(thub_cli, tmp_pa
         assert _shared(plans["slurm"]) == _shared(plans["api"])
         assert plans["slurm"]["launch"]["script"] == (out / "slurm" / "job.sbatch").read_text()
         return
-    refusals = {surface: _outcome(thub_cli, surface, algorithm, "trl", params)[1] for surface in SURFACES + RUNS}
+    refusals = {surface: _outcome(thub_cli, surface, algorithm, backend, params)[1] for surface in SURFACES + RUNS}
     assert all(refusals.values()), f"{case}: not refused by {[s for s, r in refusals.items() if not r]}"
     assert named in refusals["api"]
     for surface, refused in refusals.items():

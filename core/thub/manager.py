@@ -186,6 +186,21 @@ class Registry:
                 detail = exc if isinstance(exc, Exception) else f"raised {type(exc).__name__}({exc})"
                 print(f"thub: event hook of {impl.plugin_name} failed: {detail}", file=sys.stderr)
 
+    def check_rows(self, algorithm: str, backend: str, rows: list[dict[str, Any]], locations: list[str],
+                   params: dict[str, Any]) -> None:
+        """The backend's own row check (``BackendSpec.check_rows``), where its translation runs:
+        a row its library cannot hold raises :class:`~thub.errors.UsageError` naming it."""
+        spec = self.backends.get(backend)
+        if spec is None or spec.check_rows is None:
+            return
+        if backend in self.environments:  # its plugin lives only in a managed environment
+            from thub.envs.remote import call_env
+
+            call_env(spec.python or "", "check_rows", {"algorithm": algorithm, "backend": backend, "rows": rows,
+                                                       "locations": locations, "params": params})
+            return
+        load_object(spec.check_rows)(algorithm, rows, locations, params)
+
     def translate(self, algorithm: str, backend: str, params: dict[str, Any]) -> Any:
         if backend in self.environments:
             # its plugin lives only in a managed environment: ask that interpreter

@@ -208,6 +208,14 @@ class BackendSpec(Registered):
             runner builds its configuration with (``--dry-run`` shows it). ``None``: a
             ``thub_translate_params`` hook answers (:func:`translation_hook`); that hook stays for
             wrapping another backend's translation (``@hookimpl(wrapper=True)``).
+        check_rows: import string of ``check_rows(algorithm, rows, locations, params) -> None``:
+            the backend's own refusal of validated rows its library cannot hold (a format
+            without tool turns, say), run in the parent right after the data gate by every dry
+            run and run (:func:`thub.launch.plan.plan_for`); it raises
+            :class:`thub.backend.UsageError` naming the row's ``file:line`` (``locations``).
+            Pure Python importing only ``thub.backend`` (no training library); for a backend of
+            a managed environment it runs in that environment's interpreter, as its
+            translation does. The runner may call the same function. ``None``: no such check.
         requirements: distribution specifiers (PEP 508) the runner needs, checked from metadata.
         needs_cuda: True when the backend cannot train without an NVIDIA GPU.
         priority: higher wins when no ``--backend`` is given and several can run here.
@@ -232,6 +240,7 @@ class BackendSpec(Registered):
     algorithms: Mapping[str, frozenset[str]]
     runner: str
     translate: str | None = None
+    check_rows: str | None = None
     requirements: tuple[str, ...] = ()
     needs_cuda: bool = False
     priority: int = 0

@@ -1,4 +1,4 @@
-"""Runs *inside* a managed environment: ``python -m thub.envs.describe describe|translate``.
+"""Runs *inside* a managed environment: ``python -m thub.envs.describe describe|translate|check_rows``.
 
 ``describe`` prints, as JSON, what the environment provides: thub's version, the interpreter
 and site-packages, every plugin with its distribution and version, and every backend spec with
@@ -6,8 +6,11 @@ the installed versions of its requirements. ``thub install`` writes this into th
 
 ``translate`` reads ``{"algorithm", "backend", "params"}`` as JSON on stdin and prints the
 backend-native configuration that the environment's plugins produce (``thub train --dry-run``
-for a backend that lives only in a managed environment). Both import the plugins' registration
-modules, never a training library.
+for a backend that lives only in a managed environment). ``check_rows`` reads ``{"algorithm",
+"backend", "rows", "locations", "params"}`` and runs the backend's row check
+(``BackendSpec.check_rows``). A :class:`~thub.errors.UsageError` of either is answered as
+``{"usage_error": message}`` with exit code 2, so that the parent raises it as bad input. All
+import the plugins' registration modules, never a training library.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def describe() -> dict[str, Any]:
             "summary": spec.summary,
             "algorithms": {alg: sorted(params) for alg, params in spec.algorithms.items()},
             "runner": spec.runner,
+            "check_rows": spec.check_rows,
             "requirements": list(spec.requirements),
             "installed": installed,
             "library": {"name": library, "version": installed.get(library) if library else None},
@@ -81,15 +85,30 @@ def translate(request: dict[str, Any]) -> Any:
     return registry.translate(request["algorithm"], request["backend"], request["params"])
 
 
+def check_rows(request: dict[str, Any]) -> None:
+    """This environment's backend row check over one run's validated rows."""
+    from thub.manager import load_registry
+
+    load_registry().check_rows(request["algorithm"], request["backend"], request["rows"], request["locations"],
+                               request["params"])
+
+
 def main(argv: list[str]) -> int:
+    from thub.errors import UsageError
+
     if argv[:1] == ["describe"]:
         print(json.dumps(describe(), default=str))
         return 0
-    if argv[:1] == ["translate"]:
-        print(json.dumps(translate(json.loads(sys.stdin.read())), default=str))
+    answers = {"translate": translate, "check_rows": check_rows}
+    if argv[:1] and argv[0] in answers:
+        try:
+            print(json.dumps(answers[argv[0]](json.loads(sys.stdin.read())), default=str))
+        except UsageError as refused:  # bad input: the parent's exit 2, not a failed environment
+            print(json.dumps({"usage_error": str(refused)}))
+            return 2
         return 0
-    print("usage: python -m thub.envs.describe describe|translate", file=sys.stderr)
-    return 2
+    print("usage: python -m thub.envs.describe describe|translate|check_rows", file=sys.stderr)
+    return 64
 
 
 if __name__ == "__main__":

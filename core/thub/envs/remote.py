@@ -7,11 +7,12 @@ import os
 import subprocess
 from typing import Any
 
-from thub.errors import ThubError
+from thub.errors import ThubError, UsageError
 
 
 def call_env(python: str, command: str, payload: dict[str, Any] | None = None, timeout: float = 120) -> Any:
-    """Run ``python -m thub.envs.describe COMMAND`` and return its JSON answer.
+    """Run ``python -m thub.envs.describe COMMAND`` and return its JSON answer; the
+    environment's refusal of bad input is raised as :class:`~thub.errors.UsageError`.
 
     The child reads no managed environments itself (``THUB_ENVS=""``): it answers only for what
     is installed in it. ``THUB_PLUGINS``/``THUB_DISABLE_PLUGINS`` choose plugins of the *current*
@@ -28,6 +29,13 @@ def call_env(python: str, command: str, payload: dict[str, Any] | None = None, t
                         "reinstall it (`thub install BACKEND --into managed --force`)") from None
     except subprocess.TimeoutExpired:
         raise ThubError(f"{python} -m thub.envs.describe {command} did not answer within {timeout:g} s") from None
+    if done.returncode == 2:  # the environment refused the input (describe.main): exit 2 here too
+        try:
+            refused = json.loads(done.stdout.strip().splitlines()[-1])["usage_error"]
+        except (IndexError, ValueError, KeyError, TypeError):
+            pass
+        else:
+            raise UsageError(refused)
     if done.returncode != 0:
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
         raise ThubError(f"{python} -m thub.envs.describe {command} failed: {lines[-1] if lines else done.returncode}")

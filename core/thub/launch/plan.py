@@ -8,7 +8,8 @@ run shows and refuses is what the run does and refuses:
 1. the resolved parameters (:func:`thub.config.resolve.resolve`: every layer with its source,
    validation, the honoured check), made absolute where the job runs elsewhere (SLURM);
 2. the data gate (:func:`thub.data.training.validate_training_data`): every source exists and
-   passes ``thub data check``, in rows of a kind the algorithm trains on;
+   passes ``thub data check``, in rows of a kind the algorithm trains on, which the backend's
+   library can hold (``BackendSpec.check_rows``: e.g. no tool turns in LLaMA-Factory's dpo rows);
 3. the backend-native translation (the backend's ``translate``: a batch size that does not split
    over the processes is refused here, exit 2, not in the child after the run directory exists);
 4. the route of each tracker, the torchrun settings of a distributed run, and the launcher's
@@ -104,6 +105,9 @@ def plan_for(resolved: ResolvedConfig, launch: LaunchOptions | None = None) -> P
 
         absolute_paths(resolved)  # the job runs elsewhere: before anything reads the run directory
     data = validate_training_data(resolved.values(), resolved.algorithm)
+    # rows the backend's library cannot hold (BackendSpec.check_rows): refused here, not in the child
+    get_registry().check_rows(resolved.algorithm.name, resolved.backend.name, data.rows, data.locations,
+                              resolved.values())
     translation = get_registry().translate(resolved.algorithm.name, resolved.backend.name, resolved.values())
     plan = Plan(resolved, data, translation, launch)
     if slurm is not None:

@@ -25,6 +25,8 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         summary="LLaMA-Factory (HF Trainer): sft, lora_sft, continued pretraining (stage pt), dpo, kto; CPU or GPU.",
         algorithms=HONOURED,
         runner="thub_plugin_llamafactory.runner:run",
+        # dpo/kto rows LLaMA-Factory's sharegpt preference format cannot hold: refused by every dry run
+        check_rows="thub_plugin_llamafactory.preference:check_rows",
         requirements=REQUIREMENTS,
         install=INSTALL,
         needs_cuda=False,

@@ -130,75 +130,7 @@ def write_dataset(data: TrainingData, params: dict[str, Any], plan: dict[str, An
     return lines
 
 
-# -- preference tuning: LLaMA-Factory's own data path -------------------------------------------
-#
-# For dpo and kto LLaMA-Factory builds the pairs itself (its sharegpt converter with ``ranking``
-# or ``kto_tag``, its template, its pairwise/feedback processor). Its converter skips a row it
-# cannot read ("Skipping this abnormal example") and its processor drops one without an odd
-# number of prompt turns, so every row is checked against what that format holds first: a row it
-# would drop is an error naming the row, never a pair silently missing from the run.
-
-_SHAREGPT_ROLES = {"system": "system", "user": "human", "assistant": "gpt"}
-PREFERENCE_FORMATS: dict[str, dict[str, Any]] = {
-    "dpo": {"formatting": "sharegpt", "ranking": True,
-            "columns": {"messages": "conversations", "chosen": "chosen", "rejected": "rejected"}},
-    "kto": {"formatting": "sharegpt", "columns": {"messages": "conversations", "kto_tag": "kto_tag"}},
-}
-
-
-def _turn(message: dict[str, Any], where: str) -> dict[str, str]:
-    """One canonical message as a sharegpt turn, or an error naming what the format cannot hold."""
-    role = message.get("role")
-    if message.get("tool_calls") or role == "tool":
-        raise UsageError(f"{where}: a tool call or tool result; backend llamafactory's preference data "
-                         "(LLaMA-Factory's sharegpt ranking/kto_tag format, rendered by its template) holds text "
-                         "turns only (use backend trl for tool-use preference data)")
-    if not isinstance(message.get("content"), str) or role not in _SHAREGPT_ROLES:
-        raise UsageError(f"{where}: expected a text turn of role system, user or assistant, found role {role!r}")
-    return {"from": _SHAREGPT_ROLES[role], "value": message["content"]}
-
-
-def _prompt_turns(prompt: list[dict[str, Any]], where: str) -> list[dict[str, str]]:
-    """The prompt as sharegpt turns: an optional system turn, then user/assistant alternating, ending
-    with a user turn (LLaMA-Factory's converter reads exactly that)."""
-    turns = [_turn(message, f"{where}.prompt[{i}]") for i, message in enumerate(prompt)]
-    body = turns[1:] if turns and turns[0]["from"] == "system" else turns
-    for i, turn in enumerate(body):
-        expected = "human" if i % 2 == 0 else "gpt"
-        if turn["from"] != expected:
-            raise UsageError(f"{where}.prompt: expected user and assistant turns alternating after an optional first "
-                             f"system turn, found {turn['from']!r} at turn {i + 1}; backend llamafactory's converter "
-                             "skips such a row")
-    if not body or body[-1]["from"] != "human":
-        raise UsageError(f"{where}.prompt: expected it to end with a user turn (backend llamafactory)")
-    return turns
-
-
-def _answer(messages: Any, where: str) -> dict[str, str]:
-    """A chosen/rejected/completion answer: one assistant text turn (what LLaMA-Factory's format holds)."""
-    if not isinstance(messages, list) or len(messages) != 1:
-        found = len(messages) if isinstance(messages, list) else repr(messages)
-        raise UsageError(f"{where}: expected one assistant turn, found {found}; backend llamafactory's preference "
-                         "format holds a single answer turn")
-    turn = _turn(messages[0], f"{where}[0]")
-    if turn["from"] != "gpt":
-        raise UsageError(f"{where}[0]: expected an assistant turn, found {messages[0].get('role')!r}")
-    return turn
-
-
-def preference_rows(algorithm: str, data: TrainingData) -> list[dict[str, Any]]:
-    """thub's canonical dpo/kto rows in LLaMA-Factory's sharegpt ranking (dpo) or kto_tag (kto)
-    format; an error names the first row it could not hold."""
-    out: list[dict[str, Any]] = []
-    for row, where in zip(data.rows, data.locations, strict=True):
-        conversations = _prompt_turns(row["prompt"], where)
-        if algorithm == "dpo":
-            out.append({"conversations": conversations, "chosen": _answer(row["chosen"], f"{where}.chosen"),
-                        "rejected": _answer(row["rejected"], f"{where}.rejected")})
-        else:
-            out.append({"conversations": [*conversations, _answer(row["completion"], f"{where}.completion")],
-                        "kto_tag": bool(row["label"])})
-    return out
+# -- preference tuning: LLaMA-Factory's own data path (the rows: thub_plugin_llamafactory.preference)
 
 
 def _longest(tokenizer: Any, row: dict[str, Any], algorithm: str) -> int:
@@ -234,8 +166,9 @@ def write_preference_dataset(algorithm: str, data: TrainingData, params: dict[st
     """Write the rows (under the ``overlong`` policy) and their ``dataset_info.json`` where the
     plan's ``dataset_dir`` points; returns thub's report lines."""
     from thub.backend import write_text_atomic
+    from thub_plugin_llamafactory.preference import PREFERENCE_FORMATS, preference_rows
 
-    rows, lines = overlong_policy(algorithm, data, params, preference_rows(algorithm, data))
+    rows, lines = overlong_policy(algorithm, data, params, preference_rows(algorithm, data.rows, data.locations))
     if not rows:
         raise UsageError(f"no preference row left to train on (overlong={params['overlong']}, max_seq_len="
                          f"{params['max_seq_len']}); raise max_seq_len or use overlong=truncate")
