@@ -32,8 +32,6 @@ class PreferenceParams(OverlongMixin, BaseParams):
         group="preference", path=True,
         help="The frozen reference model (default: a copy of the initial policy, model_path). Reference-free "
              "losses (orpo, simpo) load none.")
-    max_prompt_length: int | None = param(group="preference", ge=1,
-                                          help="Most prompt tokens kept (the prompt is cut from the left).")
 
     @property
     def loads_reference_model(self) -> bool:

@@ -245,7 +245,6 @@ def test_kto_config() -> None:
 
 @pytest.mark.parametrize("name, value", [
     ("reference_model_path", "ref"),  # axolotl loads base_model again: it has no reference-model path
-    ("max_prompt_length", 32),  # TRL >= 0.27's trainers under axolotl take none
 ])
 def test_what_axolotl_preference_does_not_honour_is_refused(name: str, value: Any) -> None:
     with pytest.raises(UsageError, match=name):

@@ -76,7 +76,6 @@ def test_kto_arguments() -> None:
 
 
 @pytest.mark.parametrize("name, value", [
-    ("max_prompt_length", 32),  # LLaMA-Factory has no prompt budget of its own (infer_seqlen decides)
     ("packing", True), ("unmask_messages", True), ("validation_split", 0.1), ("lora_r", 4),
 ])
 def test_what_llamafactory_preference_does_not_honour_is_refused(name: str, value: Any) -> None:

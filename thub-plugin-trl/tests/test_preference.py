@@ -91,10 +91,10 @@ def test_losses_trl_runs_only_experimentally_are_refused_naming_the_backends_tha
 
 
 @pytest.mark.parametrize(("algorithm", "name", "value"), [
-    ("dpo", "max_prompt_length", 64), ("kto", "max_prompt_length", 64), ("dpo", "label_smoothing", 0.1),
+    ("dpo", "label_smoothing", 0.1),
 ])
 def test_what_trl_would_not_use_is_refused(algorithm: str, name: str, value: Any) -> None:
-    """TRL 1.16 has no prompt cut-off, and its sigmoid loss no label smoothing: set, they are errors."""
+    """TRL 1.16's sigmoid loss has no label smoothing: set, it is an error."""
     with pytest.raises(UsageError, match=f"does not honour these {algorithm} parameters:\n  {name}"):
         _plan(algorithm, **{name: value})
 

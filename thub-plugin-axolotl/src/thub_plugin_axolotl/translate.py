@@ -36,7 +36,7 @@ _LORA = frozenset({"lora_r", "lora_alpha", "lora_dropout", "target_modules", "us
 # Preference tuning: thub renders each row with the model's chat template into the prompt/answer
 # strings axolotl's RL data path trains (runner.preference_texts); no thub masks, packing,
 # pretraining blocks or validation split there. axolotl has no reference-model path (it loads
-# base_model again) and TRL >= 0.27 takes no max_prompt_length: neither is honoured.
+# base_model again): reference_model_path is not honoured.
 _PREFERENCE = _SFT - {"unmask_messages", "packing", "is_pretraining", "block_size", "validation_split",
                       "validation_frequency", "use_liger"}
 _DPO = _PREFERENCE | {"beta", "loss_type", "label_smoothing", "simpo_gamma"}

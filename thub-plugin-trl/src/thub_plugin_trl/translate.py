@@ -30,8 +30,7 @@ _LORA = frozenset({
 _GRPO = _BASE | {"reward", "group_size", "prompt_batch_size", "max_tokens", "temperature", "beta", "system_prompt",
                  "gradient_checkpointing"}
 
-# Not here, so refused when set: max_prompt_length (TRL 1.16's DPOConfig/KTOConfig have no prompt
-# cut-off), label_smoothing (TRL 1.16's sigmoid loss has no conservative-DPO term: the value would
+# Not here, so refused when set: label_smoothing (TRL 1.16's sigmoid loss has no conservative-DPO term: the value would
 # change nothing), simpo_gamma (no simpo here, see DPO_LOSSES).
 _PREFERENCE = _BASE | {"effective_batch_size", "max_seq_len", "overlong", "gradient_checkpointing", "beta",
                        "reference_model_path"}
