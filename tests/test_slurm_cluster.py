@@ -206,3 +206,22 @@ def test_time_limit_then_restart_chain_resumes_to_completion(slurm_env: dict[str
         assert before and max(before) == step and (not after or after[0] == step + 1), (attempt, before[-3:], after[:3])
         resumed_at = step
     assert resumed_at > 0  # the first attempt saved progress before its limit
+
+
+def test_export_runs_as_a_cpu_job_after_training(slurm_env: dict[str, str], tiny_model: Path, demo_data: Path,
+                                                 tmp_path: Path) -> None:
+    """--export DIR: lora_sft trains in one job; the export job (afterok) merges and verifies the adapter."""
+    out, hf = tmp_path / "lora", tmp_path / "hf"
+    done = thub("train", "lora_sft", "--backend", "trl", "--model-path", str(tiny_model), "--data-path",
+                str(demo_data / "chat.jsonl"), "--ckpt-output-dir", str(out), "--launcher", "slurm", "--max-steps",
+                "2", "--lora-r", "4", "--effective-batch-size", "2", "--export", str(hf), "--json", env=slurm_env)
+    assert done.returncode == 0, done.stderr
+    job_ids = json.loads(done.stdout)["job_ids"]
+    assert len(job_ids) == 2  # training, then the export job
+    jobs = _all_ended(out, slurm_env)
+    logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted((out / "logs").glob("*")))
+    assert [j["state"] for j in jobs] == ["COMPLETED", "COMPLETED"], (jobs, logs)
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "succeeded" and result["export"]["ok"] is True, result.get("export")
+    assert result["export"]["action"] == "merge" and (hf / "model.safetensors").is_file()
+    assert "verified" in (out / "logs" / f"slurm-export-{job_ids[1]}.out").read_text()

@@ -156,6 +156,11 @@ class BaseParams(BaseModel):
                                          help="Keep only the newest N complete checkpoints, deleting older ones "
                                               "after each save; the one --resume would use, the final model and "
                                               "the best one are always kept (unset: keep all).")
+    export: str | None = param(path=True, core_applied=True, group="core",
+                               help="After a successful run, make the final model a verified, self-contained "
+                                    "Hugging Face folder here: merge an adapter, consolidate a sharded "
+                                    "checkpoint or copy an HF model, then verify it (result.json export; "
+                                    "docs/checkpoints.md).")
     trust_remote_code: bool = param(False, group="core", help="Allow model code from the model repository.")
     gradient_checkpointing: bool | None = param(group="core",
                                                 help="Trade compute for memory by recomputing activations.")
@@ -220,6 +225,8 @@ class BaseParams(BaseModel):
         sources = len(self.datasets or ()) + bool(self.data_path)
         if self.mix_probabilities and self.datasets and len(self.mix_probabilities) != sources:
             raise ValueError("mix_probabilities needs one weight per dataset (data_path counts as the first)")
+        if self.export and not self.save_final_checkpoint:
+            raise ValueError("export needs the final model: save_final_checkpoint is false")
         if self.save_steps and self.checkpoint_at_epoch:
             # HF Trainer (trl, unsloth, LLaMA-Factory, axolotl) has one save_strategy: one of the two would
             # be dropped without a word there; refused on every backend so a config means one thing

@@ -68,7 +68,9 @@ def _make_command(algorithm: str) -> click.Command:
                               force_launch=control["force_launch"])
         if control["as_json"]:
             emit_json(result)
-        sys.exit(0 if result["status"] == "succeeded" else 130 if result["status"] == "interrupted" else 1)
+        from thub.checkpoint.export import exit_code
+
+        sys.exit(exit_code(result))  # 1 also when the training succeeded but its export failed
 
     params: list[click.Parameter] = [
         click.Option(["--backend", "-b"],

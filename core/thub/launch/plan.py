@@ -54,6 +54,7 @@ class Plan:
     slurm: Any = None
     launch_section: dict[str, Any] = field(default_factory=dict)
     script: str = ""
+    export: dict[str, Any] | None = None  # the post-run export step (thub.checkpoint.export.plan_export)
 
     @property
     def local(self) -> bool:
@@ -90,6 +91,8 @@ class Plan:
             data["torchrun"] = torchrun_sources(values, resolved.sources, environ)
         if self.slurm is not None:
             data["launch"] = {**self.launch_section, "script": self.script}
+        if self.export is not None:
+            data["export"] = self.export
         return data
 
 
@@ -109,7 +112,10 @@ def plan_for(resolved: ResolvedConfig, launch: LaunchOptions | None = None) -> P
     get_registry().check_rows(resolved.algorithm.name, resolved.backend.name, data.rows, data.locations,
                               resolved.values())
     translation = get_registry().translate(resolved.algorithm.name, resolved.backend.name, resolved.values())
-    plan = Plan(resolved, data, translation, launch)
+    from thub.checkpoint.export import plan_export
+
+    # an export folder that is not empty: refused before training, not after it
+    plan = Plan(resolved, data, translation, launch, export=plan_export(resolved.values(), slurm is not None))
     if slurm is not None:
         from thub.launch.slurm import render_script
         from thub.launch.submit import slurm_launch

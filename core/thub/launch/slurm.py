@@ -34,6 +34,7 @@ from thub.redact import child_environment
 SUN_PATH_MAX = 108
 SOCKET_SUFFIX = 40
 SCRIPT_NAME = "job.sbatch"
+EXPORT_SCRIPT_NAME = "export.sbatch"
 # sbatch errors worth retrying: the controller is busy or restarting
 _TRANSIENT = re.compile(r"temporarily unavailable|timed out|Socket timed out|try again|Unable to contact", re.I)
 
@@ -53,6 +54,7 @@ class SlurmRequest:
     launcher: str = "torchrun"
     thub_version: str = ""
     workdir: Path | None = None  # where relative data/model paths resolve (the submit directory)
+    export: str | None = None  # the export folder: a CPU job chained afterok after training (--export)
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
@@ -103,6 +105,10 @@ class SlurmRequest:
     @property
     def script_path(self) -> Path:
         return self.run_dir / "slurm" / SCRIPT_NAME
+
+    @property
+    def export_script_path(self) -> Path:
+        return self.run_dir / "slurm" / EXPORT_SCRIPT_NAME
 
 
 def directives(req: SlurmRequest) -> list[str]:
@@ -178,31 +184,58 @@ def _worker_command(req: SlurmRequest) -> str:
     p = req.profile
     srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={req.nodes}", f"--ntasks-per-node={p.tasks_per_node}",
             f"--cpus-per-task={req.cpus_per_task}"]
+    srun_extra, wrapper = _container(req, gpus=bool(p.gpus_per_node))
+    quoted = " ".join(shlex.quote(a) for a in [*srun, *srun_extra, *wrapper])
+    return f'{quoted} "$PYTHON" -m thub.launch.worker node "$RUN_DIR"'
+
+
+def _container(req: SlurmRequest, gpus: bool) -> tuple[list[str], list[str]]:
+    """The profile's container: (srun options for pyxis, or a runtime ``exec`` wrapper), run dir mounted."""
+    p = req.profile
     run_dir = str(req.run_dir)
-    wrapper: list[str] = []
     if p.container and p.container.runtime == "pyxis":
         mounts = ",".join([f"{run_dir}:{run_dir}", *p.container.mounts])
-        srun += [f"--container-image={p.container.image}", f"--container-mounts={mounts}", *p.container.options]
-    elif p.container:
-        wrapper = [p.container.runtime, "exec"]
-        if p.gpus_per_node:
-            wrapper.append("--nv")
-        for mount in [run_dir, *p.container.mounts]:
-            wrapper += ["--bind", mount]
-        wrapper += [*p.container.options, p.container.image]
-    argv = [*srun, *wrapper]
-    quoted = " ".join(shlex.quote(a) for a in argv)
-    return f'{quoted} "$PYTHON" -m thub.launch.worker node "$RUN_DIR"'
+        return [f"--container-image={p.container.image}", f"--container-mounts={mounts}", *p.container.options], []
+    if not p.container:
+        return [], []
+    wrapper = [p.container.runtime, "exec", *(["--nv"] if gpus else [])]
+    for mount in [run_dir, *p.container.mounts]:
+        wrapper += ["--bind", mount]
+    return [], [*wrapper, *p.container.options, p.container.image]
 
 
 def render_script(req: SlurmRequest) -> str:
     """The complete batch script (deterministic: golden tests compare it byte for byte)."""
+    lines = _head(req, directives(req), "re-render with --dry-run")
+    lines += [
+        "",
+        "# --- c10d rendezvous on the first node; the port derives from the job id so that jobs",
+        "# sharing a host do not collide, and NodeAddr avoids depending on DNS",
+        'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "HEAD_ADDR=$(scontrol show node \"$HEAD\" -o 2>/dev/null | grep -oP 'NodeAddr=\\K\\S+' || true)",
+        'export THUB_RDZV_ENDPOINT="${HEAD_ADDR:-$HEAD}:$((20000 + SLURM_JOB_ID % 10000))"',
+        f"export THUB_NPROC_PER_NODE={req.procs_per_node} THUB_RDZV_JOIN_TIMEOUT={req.profile.rdzv_join_timeout}",
+        "",
+        "# --- resume from the latest checkpoint (restart chains); 3 = the run already finished",
+        "status=0",
+        '"$PYTHON" -m thub.launch.worker prepare "$RUN_DIR" || status=$?',
+        'if [ "$status" -eq 3 ]; then exit 0; elif [ "$status" -ne 0 ]; then exit "$status"; fi',
+        "",
+        "# --- one task per node: a thub worker that starts and supervises torchrun",
+        _worker_command(req),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _head(req: SlurmRequest, sbatch: list[str], note: str) -> list[str]:
+    """A script's directives, run directory, interpreter, working directory, preamble, environment and TMPDIR."""
     p = req.profile
     q = shlex.quote
     lines = [
         "#!/bin/bash",
-        f"# Rendered by thub {req.thub_version} (cluster profile {p.name!r}); re-render with --dry-run.",
-        *(f"#SBATCH {d}" for d in directives(req)),
+        f"# Rendered by thub {req.thub_version} (cluster profile {p.name!r}); {note}.",
+        *(f"#SBATCH {d}" for d in sbatch),
         "set -euo pipefail",
         "",
         f"RUN_DIR={q(str(req.run_dir))}",
@@ -218,24 +251,37 @@ def render_script(req: SlurmRequest) -> str:
     tmp = _tmpdir_block(req)
     if tmp:
         lines += ["", *tmp]
-    lines += [
-        "",
-        "# --- c10d rendezvous on the first node; the port derives from the job id so that jobs",
-        "# sharing a host do not collide, and NodeAddr avoids depending on DNS",
-        'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "HEAD_ADDR=$(scontrol show node \"$HEAD\" -o 2>/dev/null | grep -oP 'NodeAddr=\\K\\S+' || true)",
-        'export THUB_RDZV_ENDPOINT="${HEAD_ADDR:-$HEAD}:$((20000 + SLURM_JOB_ID % 10000))"',
-        f"export THUB_NPROC_PER_NODE={req.procs_per_node} THUB_RDZV_JOIN_TIMEOUT={p.rdzv_join_timeout}",
-        "",
-        "# --- resume from the latest checkpoint (restart chains); 3 = the run already finished",
-        "status=0",
-        '"$PYTHON" -m thub.launch.worker prepare "$RUN_DIR" || status=$?',
-        'if [ "$status" -eq 3 ]; then exit 0; elif [ "$status" -ne 0 ]; then exit "$status"; fi',
-        "",
-        "# --- one task per node: a thub worker that starts and supervises torchrun",
-        _worker_command(req),
-        "",
-    ]
+    return lines
+
+
+def export_directives(req: SlurmRequest) -> list[str]:
+    """The export job's ``#SBATCH`` options: one CPU task on one node of the profile's
+    ``export_partition`` (else the training partition), no GPUs, the training job's time limit."""
+    p = req.profile
+    lines = [f"--job-name={req.job_name.replace('thub-', 'thub-export-', 1)[:64]}", "--nodes=1", "--ntasks=1",
+             f"--cpus-per-task={req.cpus_per_task}", f"--time={req.wall_time}",
+             "--output=logs/slurm-export-%j.out", "--open-mode=append"]
+    partition = p.export_partition or p.partition
+    if partition:
+        lines.append(f"--partition={partition}")
+    for key in ("account", "qos", "reservation"):
+        value = getattr(p, key)
+        if value:
+            lines.append(f"--{key}={value}")
+    if p.mem_per_node:
+        lines.append(f"--mem={p.mem_per_node}")
+    return lines
+
+
+def render_export_script(req: SlurmRequest) -> str:
+    """The export job's script (``--export DIR``): ``python -m thub.checkpoint.export RUN_DIR DIR``
+    on a CPU node after training succeeded (thub.checkpoint.export)."""
+    srun_extra, wrapper = _container(req, gpus=False)
+    launch = " ".join(shlex.quote(a) for a in (["srun", "--ntasks=1", *srun_extra] if srun_extra else wrapper))
+    lines = _head(req, export_directives(req), "the export job, chained afterok after training")
+    lines += ["", "# --- the final model as a verified Hugging Face folder (result.json export)",
+              f'{launch + " " if launch else ""}"$PYTHON" -m thub.checkpoint.export "$RUN_DIR" '
+              f"{shlex.quote(str(req.export))}", ""]
     return "\n".join(lines)
 
 
@@ -244,7 +290,11 @@ def sbatch_commands(req: SlurmRequest) -> list[list[str]]:
     script = str(req.script_path)
     first = ["sbatch", "--parsable", script]
     chained = ["sbatch", "--parsable", "--dependency=afterany:{prev}", "--kill-on-invalid-dep=yes", script]
-    return [first] + [list(chained) for _ in range(req.max_restarts)]
+    commands = [first] + [list(chained) for _ in range(req.max_restarts)]
+    if req.export:  # after the last job of the chain: it ends 0 only when the run finished
+        commands.append(["sbatch", "--parsable", "--dependency=afterok:{prev}", "--kill-on-invalid-dep=yes",
+                         str(req.export_script_path)])
+    return commands
 
 
 def _need(binary: str) -> str:
@@ -289,6 +339,9 @@ def write_script(req: SlurmRequest) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_script(req))
     path.chmod(0o755)
+    if req.export:
+        req.export_script_path.write_text(render_export_script(req))
+        req.export_script_path.chmod(0o755)
     return path
 
 

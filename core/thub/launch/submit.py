@@ -39,6 +39,7 @@ def slurm_request(resolved: Any, options: LaunchOptions) -> Any:
         procs_per_node=int(values.get("nproc_per_node") or 1), time=options.time,
         max_restarts=options.max_restarts, python=profile.python or sys.executable,
         launcher=resolved.backend.launcher, thub_version=__version__, workdir=Path.cwd(),
+        export=values.get("export"),
     )
 
 

@@ -341,6 +341,10 @@ def run_training(
 
             shutil.rmtree(run_dir.path, ignore_errors=True)
         raise DataMismatch(result["error"])
+    if params.get("export") and result.get("role") != "worker":  # the final model as a verified HF folder
+        from thub.checkpoint.export import export_after_run
+
+        result = export_after_run(run_dir.path, result, params["export"], params["model_path"], quiet=quiet_json)
     return result
 
 
