@@ -229,8 +229,14 @@ class _SavingMiniTrainer:
             with (out / "training_metrics_0.jsonl").open("a") as handle:
                 handle.write(json.dumps(line) + "\n")
             if step * train_args.batch_size % train_args.min_samples_per_checkpoint == 0:
-                shutil.copytree(self.saved, out / "hf_format" / f"samples_{step * train_args.batch_size}")
-                time.sleep(0.6)  # one of the runner's polls sees each save (the runner reports what it finds)
+                folder = out / "hf_format" / f"samples_{step * train_args.batch_size}"
+                shutil.copytree(self.saved, folder)
+                # as the real one, which goes on training meanwhile; here: once thub has reported it (and
+                # pruned), so each save is seen on its own (a hang guard, not a timing assert)
+                events = out.parent / "events.jsonl"
+                deadline = time.time() + 300
+                while str(folder) not in (events.read_text() if events.exists() else "") and time.time() < deadline:
+                    time.sleep(0.05)
 
 
 def test_mini_trainer_runner_prunes_its_hf_format_saves(saved_model: Path, tiny_model: Path, demo_data: Path,
