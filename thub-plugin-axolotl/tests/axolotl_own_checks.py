@@ -21,7 +21,8 @@ from axolotl.utils.dict import DictDefault  # noqa: E402
 FIELDS = ("base_model", "micro_batch_size", "gradient_accumulation_steps", "batch_size", "sequence_len",
           "sample_packing", "num_epochs", "max_steps", "learning_rate", "lr_scheduler", "adapter", "lora_r",
           "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_linear", "peft_use_rslora",
-          "val_set_size", "save_strategy", "save_steps", "output_dir", "chat_template", "plugins", "bf16",
+          "val_set_size", "save_strategy", "save_steps", "save_total_limit", "output_dir", "chat_template", "plugins",
+          "bf16",
           "world_size", "eval_steps", "warmup_steps", "weight_decay", "adam_beta1", "seed", "excess_length_strategy",
           "min_sample_len", "shuffle_merged_datasets", "auto_resume_from_checkpoints", "dataset_num_proc",
           # preference tuning

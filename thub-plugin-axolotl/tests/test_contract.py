@@ -131,7 +131,7 @@ def _axolotl_checks(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_axolotl_validates_the_translation(tiny_model: Path) -> None:
     plans = [
         _plan("sft", model_path=str(tiny_model), effective_batch_size=16, max_steps=7, save_steps=3, warmup_steps=2,
-              validation_split=0.1, validation_frequency=5),
+              validation_split=0.1, validation_frequency=5, save_total_limit=2),
         _plan("lora_sft", model_path=str(tiny_model), lora_r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
               use_rslora=True, effective_batch_size=6, nproc_per_node=3),
         _plan("sft", model_path=str(tiny_model), is_pretraining=True, block_size=64, packing=True),
@@ -142,6 +142,7 @@ def test_axolotl_validates_the_translation(tiny_model: Path) -> None:
     assert "error" not in sft, sft
     assert (sft["micro_batch_size"], sft["gradient_accumulation_steps"], sft["batch_size"]) == (8, 2, 16)
     assert (sft["max_steps"], sft["save_strategy"], sft["save_steps"], sft["eval_steps"]) == (7, "steps", 3, 5)
+    assert sft["save_total_limit"] == 2 and lora["save_total_limit"] is None  # axolotl's schema keeps it
     assert sft["val_set_size"] == 0.1 and sft["world_size"] == 1 and sft["bf16"] is False
     assert sft["lr_scheduler"] == "cosine"  # lr_scheduler unset: axolotl's default, as the README says
     assert sft["dataset"]["type"] is None and sft["dataset"]["ds_type"] == "json"
