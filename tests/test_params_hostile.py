@@ -74,7 +74,7 @@ def test_modest_aliases_still_work_and_duplicates_are_still_found(thub_registry,
 
 # --- item 1: `~` is expanded once, in resolution, for every path parameter, from every source ------
 
-PATHS = ("model_path", "data_path", "ckpt_output_dir", "data_output_dir", "tensorboard_log_dir")
+PATHS = ("model_path", "data_path", "ckpt_output_dir", "data_output_dir", "tensorboard_log_dir", "export")
 
 
 def test_every_path_parameter_is_declared_as_one() -> None:
