@@ -66,3 +66,24 @@ def test_verify_source_fails_on_a_changed_tensor(consolidated: tuple[Path, Path]
     checks = {c["check"]: c["ok"] for c in report["checks"]}
     assert checks["shapes"] is True and checks["finite"] is True
     assert str(dcp) in report["failed"]["message"] and "tolerance" in report["failed"]["message"]
+
+
+def test_export_consolidates_a_sharded_final_model_and_verifies_it(consolidated: tuple[Path, Path],
+                                                                   tiny_model: Path, tmp_path: Path) -> None:
+    """The export of a run whose final model is a DCP checkpoint (the SLURM export job's entry point)."""
+    from thub.checkpoint.layouts import final_model
+
+    dcp, _ = consolidated
+    run = tmp_path / "run"
+    shutil.copytree(dcp, run / "final")
+    (run / "thub_run.json").write_text(json.dumps({"parameters": {"model_path": {"value": str(tiny_model)}}}))
+    result = {"status": "succeeded", "final_model": final_model(str(run / "final"))}
+    (run / "result.json").write_text(json.dumps(result))
+    done = subprocess.run([sys.executable, "-m", "thub.checkpoint.export", str(run), str(tmp_path / "hf")],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    export = json.loads((run / "result.json").read_text())["export"]
+    assert export["action"] == "consolidate" and export["layout"] == "torch-dcp" and export["ok"] is True, export
+    checks = {c["check"]: c["ok"] for c in export["checks"]}
+    assert checks["logits"] is True and checks["tokenizer"] is True  # against the DCP checkpoint and the base
+    assert (tmp_path / "hf" / "chat_template.jinja").read_bytes() == (tiny_model / "chat_template.jinja").read_bytes()
