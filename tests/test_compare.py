@@ -16,6 +16,8 @@ from thub.cli.main import cli
 from thub.insight.comparison import LOSS_TOLERANCE, backend_record, differences, render, table
 from thub.manager import get_registry
 
+ROOT = Path(__file__).resolve().parents[1]
+
 pytestmark = pytest.mark.slow
 
 TINY = Path(__file__).parents[1] / "examples" / "tiny"
@@ -73,6 +75,17 @@ def test_compare_refuses_before_running_anything(tmp_path: Path) -> None:
                                      "--set", "max_steps=3"])
     assert steps.exit_code == 2 and "use --steps" in steps.output
     assert not out.exists()
+
+
+def test_compare_refuses_one_export_folder_for_every_backend(tmp_path: Path, demo_data: Path) -> None:
+    out = tmp_path / "cmp"
+    shared = CliRunner().invoke(cli, ["compare", "sft", "--backends", "trl,llamafactory", "--out", str(out),
+                                      "--set", f"model_path={ROOT / 'examples' / 'tiny'}",
+                                      "--set", f"data_path={demo_data / 'chat.jsonl'}",
+                                      "--set", f"export={tmp_path / 'model'}"])
+    assert shared.exit_code == 2, shared.output
+    assert "expected no export folder in thub compare" in shared.output
+    assert not out.exists() and not (tmp_path / "model").exists()
 
 
 def test_compare_plans_every_backend_before_running_any(monkeypatch: pytest.MonkeyPatch, demo_data: Path,

@@ -98,6 +98,11 @@ def compare_backends(algorithm: str, backends: list[str], *, config: str | None,
                            overrides=[*overrides, f"max_steps={steps}", f"ckpt_output_dir={root / b}",
                                       "allow_data_mismatch=true"])
                 for b in backends}  # all of them before anything runs: a refusal runs nothing
+    exported = next((r.values()["export"] for r in resolved.values() if r.values().get("export")), None)
+    if exported:  # one folder per model: every backend's export would go to the same place
+        raise UsageError(f"export: expected no export folder in thub compare (each backend's model would go to "
+                         f"{exported}), found one; export the run you keep with thub checkpoint merge/consolidate "
+                         "or a thub train --export of its own")
     from thub.launch.plan import plan_for
 
     plans = {b: plan_for(r) for b, r in resolved.items()}  # each one's data gate and translation, too
