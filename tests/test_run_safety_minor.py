@@ -77,8 +77,8 @@ def test_training_hub_defaults_pairs_and_every_refused_keyword(tmp_path: Path) -
     message = str(several.value)
     assert "use_dolomite" in message and "chat_tmpl_path" in message and "adamw_betas" in message, message
     with pytest.raises(UsageError) as unknown:
-        _plan(tmp_path, save_total_limit=2, no_such_name=1)
-    assert "save_total_limit" in str(unknown.value) and "no_such_name" in str(unknown.value)
+        _plan(tmp_path, lora_rank=2, no_such_name=1)
+    assert "lora_rank" in str(unknown.value) and "no_such_name" in str(unknown.value)
     assert not (tmp_path / "o").exists()
 
 
