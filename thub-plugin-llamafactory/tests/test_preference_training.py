@@ -55,11 +55,13 @@ BUILD = textwrap.dedent("""
 """)
 
 
-def _plan(algorithm: str, model: Path, out: Path, **params: Any) -> dict[str, Any]:
-    registry = load_registry()
+def _values(algorithm: str, model: Path, out: Path, **params: Any) -> dict[str, Any]:
     flags = {"model_path": str(model), "data_path": "d.jsonl", "ckpt_output_dir": str(out), **params}
-    resolved = resolve(registry, algorithm, backend="llamafactory", flags=flags, environ={})
-    return registry.translate(algorithm, "llamafactory", resolved.values())
+    return resolve(load_registry(), algorithm, backend="llamafactory", flags=flags, environ={}).values()
+
+
+def _plan(algorithm: str, model: Path, out: Path, **params: Any) -> dict[str, Any]:
+    return load_registry().translate(algorithm, "llamafactory", _values(algorithm, model, out, **params))
 
 
 @pytest.mark.parametrize("algorithm", ["dpo", "kto"])
@@ -71,9 +73,10 @@ def test_llamafactory_builds_every_row_with_the_models_template(lf_env: dict, ti
 
     rows = [json.loads(line) for line in preference_files[algorithm].read_text().splitlines()]
     extra = {"desirable_weight": 2.0} if algorithm == "kto" else {}
-    plan = _plan(algorithm, tiny_model, tmp_path / "run", beta=0.25, **extra)
+    values = _values(algorithm, tiny_model, tmp_path / "run", beta=0.25, **extra)
+    plan = load_registry().translate(algorithm, "llamafactory", values)
     write_preference_dataset(algorithm, TrainingData(rows, [f"p.jsonl:{i + 1}" for i in range(len(rows))],
-                                                     algorithm, "k"), plan)
+                                                     algorithm, "k"), values, plan)
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(plan["args"]))
     done = subprocess.run([lf_env["python"], "-c", BUILD, str(config)], capture_output=True, text=True, timeout=600,
