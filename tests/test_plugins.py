@@ -22,6 +22,7 @@ from thub.specs import (
     CheckResult,
     CheckSpec,
     CommandSpec,
+    EvaluatorSpec,
     RewardSpec,
     RunEvent,
 )
@@ -158,6 +159,10 @@ class _EveryHook:
         register(RewardSpec("always_one", "thub_builtins.reward_functions:binary", "test"))
 
     @hookimpl
+    def thub_register_evaluators(self, register):
+        register(EvaluatorSpec("toy-eval", "a toy evaluator", "x:evaluate", task_files=(".jsonl",)))
+
+    @hookimpl
     def thub_register_checks(self, register):
         register(CheckSpec("toy.check", "toy check", lambda ctx: CheckResult("ok", "fine")))
 
@@ -180,7 +185,8 @@ def test_every_hook_is_called(thub_plugin, thub_cli) -> None:
     registry = thub_plugin(("toy", plugin))
     info = registry.plugins["toy"]
     assert info.registered == {"algorithms": ["toy"], "backends": ["toyb"], "rewards": ["always_one"],
-                               "checks": ["toy.check"], "commands": ["toy-hello"]}
+                               "evaluators": ["toy-eval"], "checks": ["toy.check"], "commands": ["toy-hello"]}
+    assert registry.evaluators["toy-eval"].provenance.plugin == "toy"
     assert registry.backends["toyb"].provenance.plugin == "toy"
     assert registry.checks["toy.check"].run(CheckContext()).status == "ok"
     plan = thub_cli("train", "toy", "--dry-run", "--json", "--model-path", "m", "--data-path", CHAT,

@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from thub.specs import AlgorithmSpec, BackendSpec, CheckSpec, CommandSpec, DataKindSpec, RewardSpec, RunEvent
+    from thub.specs import (
+        AlgorithmSpec,
+        BackendSpec,
+        CheckSpec,
+        CommandSpec,
+        DataKindSpec,
+        EvaluatorSpec,
+        RewardSpec,
+        RunEvent,
+    )
 
 hookspec = pluggy.HookspecMarker("thub")
 hookimpl = pluggy.HookimplMarker("thub")
@@ -48,6 +57,12 @@ def thub_translate_params(algorithm: str, backend: str, params: dict[str, Any]) 
 @hookspec
 def thub_register_rewards(register: Callable[[RewardSpec], None]) -> None:
     """Register GRPO reward functions by name (``RewardSpec``: name, import string)."""
+
+
+@hookspec
+def thub_register_evaluators(register: Callable[[EvaluatorSpec], None]) -> None:
+    """Register evaluation harnesses (``EvaluatorSpec``: name, runner import string, requirements)
+    that ``thub eval`` runs on a trained model."""
 
 
 @hookspec

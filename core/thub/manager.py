@@ -33,6 +33,7 @@ from thub.specs import (
     CommandSpec,
     DataFormatSpec,
     DataKindSpec,
+    EvaluatorSpec,
     Provenance,
     Registered,
     RewardSpec,
@@ -57,6 +58,7 @@ _REGISTRATION_HOOKS: dict[str, tuple[str, type[Registered]]] = {
     "backends": ("thub_register_backends", BackendSpec),
     "data_kinds": ("thub_register_data_kinds", DataKindSpec),
     "rewards": ("thub_register_rewards", RewardSpec),
+    "evaluators": ("thub_register_evaluators", EvaluatorSpec),
     "checks": ("thub_register_checks", CheckSpec),
     "commands": ("thub_register_commands", CommandSpec),
 }
@@ -94,6 +96,8 @@ class Registry:
     algorithms: dict[str, AlgorithmSpec] = field(default_factory=dict)
     backends: dict[str, BackendSpec] = field(default_factory=dict)
     rewards: dict[str, RewardSpec] = field(default_factory=dict)
+    #: evaluation harnesses by name (thub_register_evaluators), for ``thub eval``
+    evaluators: dict[str, EvaluatorSpec] = field(default_factory=dict)
     #: data kinds by name (thub_register_data_kinds); their formats: :meth:`data_formats`
     data_kinds: dict[str, DataKindSpec] = field(default_factory=dict)
     checks: dict[str, CheckSpec] = field(default_factory=dict)

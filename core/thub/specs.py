@@ -1,4 +1,4 @@
-"""The things plugins register: algorithms, backends, data kinds, rewards, doctor checks and commands.
+"""The things plugins register: algorithms, backends, data kinds, rewards, evaluators, doctor checks and commands.
 
 Specs are plain frozen dataclasses so that registering them costs nothing at start-up:
 pydantic parameter models and backend runners are named by *import string* and loaded only
@@ -275,6 +275,33 @@ class RewardSpec(Registered):
 
     def load(self) -> Callable[..., list[float]]:
         return load_object(self.target)
+
+
+@dataclass(frozen=True)
+class EvaluatorSpec(Registered):
+    """An evaluation harness that scores a model on named or local tasks (``thub eval``).
+
+    Attributes:
+        name: evaluator name used with ``thub eval --evaluator``.
+        summary: one line for ``thub evaluators``.
+        runner: import string of ``evaluate(request: thub.evaluate.EvalRequest) ->
+            list[thub.evaluate.TaskScore]``, imported only when ``thub eval`` runs (it may import
+            torch and the harness).
+        requirements: distribution specifiers (PEP 508) the runner needs, checked from metadata.
+        install: a copy-pasteable command that installs the requirements.
+        task_files: file suffixes of local task files it reads (``.jsonl`` prompts/answers, a
+            harness ``.yaml``); a task name that is not such a file is one of the harness's own.
+        docs: the evaluator's documentation (its README).
+    """
+
+    name: str
+    summary: str
+    runner: str
+    requirements: tuple[str, ...] = ()
+    install: str | None = None
+    task_files: tuple[str, ...] = (".jsonl",)
+    docs: str | None = None
+    provenance: Provenance = Provenance()
 
 
 CheckStatus = Literal["ok", "warn", "fail", "skip", "error"]
