@@ -102,8 +102,8 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
         out.print("\n[dim]Dry run: only the script was written; nothing was submitted.[/dim]")
         return 0
 
+    from thub.runner.prepare import prepared_run
     from thub.runner.rundir import RunDirectory, write_json_atomic
-    from thub.runner.supervisor import prepared_run
 
     run_dir = RunDirectory(request.run_dir)
     # the same lock, preparation and record as a local run; the lock is released once submitted:

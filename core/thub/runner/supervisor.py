@@ -1,12 +1,12 @@
 """Start and supervise a training child; turn whatever happens into one honest result.
 
-The parent validates, locks the run directory (one live run per directory), writes
-``thub_run.json``, starts the child (``python -m thub.runner.child`` or torchrun) so that it
-dies with us, follows the metrics stream for progress, events and divergence, forwards the
-first SIGINT/SIGTERM so the backend checkpoints and stops (a second one stops it at once),
-stops a child that hangs after writing its result, and writes the final ``result.json``
-atomically. A signal before the first training step of the attempt stops at once: there is
-nothing to checkpoint yet (:class:`RunSignals`).
+The parent validates, locks the run directory (one live run per directory) and writes
+``thub_run.json`` (:mod:`thub.runner.prepare`), starts the child (``python -m thub.runner.child``
+or torchrun) so that it dies with us, follows the metrics stream for progress, events and
+divergence, forwards the first SIGINT/SIGTERM so the backend checkpoints and stops (a second one
+stops it at once), stops a child that hangs after writing its result, and writes the final
+``result.json`` atomically. A signal before the first training step of the attempt stops at
+once: there is nothing to checkpoint yet (:class:`RunSignals`).
 """
 
 from __future__ import annotations
@@ -17,34 +17,28 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import Requirement
-
-from thub import __version__
 from thub.config.resolve import ResolvedConfig
-from thub.errors import Interrupted, ThubError, UsageError
+from thub.errors import Interrupted, ThubError
 from thub.manager import get_registry
-from thub.redact import child_environment, record_values, redact
+from thub.redact import child_environment
 from thub.runner import lifeline, logsink
 from thub.runner.batching import world_size
 from thub.runner.lock import RunLock
-from thub.runner.metrics import DivergenceWatch, MetricsTail, read_metrics, truncate_after
+from thub.runner.metrics import DivergenceWatch, MetricsTail, read_metrics
+from thub.runner.prepare import prepared_run
 from thub.runner.progress import Progress
 from thub.runner.result import write_result
 from thub.runner.rootcause import disk_full_cause, killed_by_signal_cause, peak_rss_kib, read_section, root_cause
-from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
-from thub.runner.signals import RunSignals, early_reason, forward_job_control, nothing_written, stopped_while_preparing
-from thub.selection import installed_version
+from thub.runner.rundir import RunDirectory, read_json
+from thub.runner.signals import RunSignals, early_reason, forward_job_control, nothing_written
 from thub.specs import END_KINDS, RunEvent
 from thub.surface import option
 
 if TYPE_CHECKING:
-    from thub.data.training import TrainingData
     from thub.launch.plan import Plan
 
 POLL_SECONDS = 0.2
@@ -76,66 +70,20 @@ def child_command(resolved: ResolvedConfig, run_dir: RunDirectory) -> list[str]:
     return [python, "-m", "torch.distributed.run", *torchrun_args(params), *child]
 
 
-def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from: str | None) -> dict[str, Any]:
-    backend = resolved.backend
-    # the first requirement is the training library by convention (e.g. "trl>=1.16")
-    library_name = Requirement(backend.requirements[0]).name if backend.requirements else None
-    values = resolved.values()
-    record: dict[str, Any] = {
-        "schema_version": 1,
-        "algorithm": resolved.algorithm.name,
-        "backend": backend.name,
-        "runner": backend.runner,
-        # record_values: each value as stored (redacted under its name); this process keeps the
-        # real values for the child (thub.redact)
-        "parameters": {k: {"value": v, "source": resolved.sources[k]}
-                       for k, v in record_values(values, values["ckpt_output_dir"]).items()},
-        "ignored": resolved.ignored,
-        "versions": {
-            "thub": __version__,
-            "plugin": {"name": backend.provenance.distribution, "version": backend.provenance.version},
-            "library": {"name": library_name, "version": installed_version(library_name)},
-            "python": sys.version.split()[0],
-        },
-        "command_line": command_line,
-        "resume_from": resume_from,
-        "created": time.time(),
-    }
-    from thub.envs.record import environment_record
-
-    # which environment runs the child (a managed one: its interpreter, library and lock)
-    record["environment"] = environment = environment_record(backend)
-    if environment["kind"] == "managed":
-        record["versions"]["library"] = environment["library"] or record["versions"]["library"]
-        record["versions"]["python"] = environment["python_version"] or record["versions"]["python"]
-    return redact(record)  # once, over everything: an ignored value or the command line may quote a secret
-
-
 def _plan(resolved: ResolvedConfig) -> Plan:
     """The plan every dry run shows (:func:`thub.launch.plan.plan_for`: the data gate, the
     translation), before anything is written or started (bad input: exit 2); the rows it
-    validated are kept in the run directory (:func:`_keep_data`) for the child's ``context.rows()``."""
+    validated are kept in the run directory (:func:`thub.runner.prepare.prepared_run`) for the
+    child's ``context.rows()``."""
     from thub.launch.plan import plan_for
 
     return plan_for(resolved)
-
-
-def _keep_data(data: TrainingData, run_dir: RunDirectory, params: dict[str, Any]) -> None:
-    """The validated rows where the child reads them back (thub_data/): validated once per run;
-    with them what thub trains of them, per example (thub.data.expected), for the child to
-    compare with what the library builds."""
-    from thub.data.expected import save_expected
-    from thub.data.training import DATA_DIR, save_training_data
-
-    save_training_data(data, run_dir.path / DATA_DIR)
-    save_expected(params, data, run_dir.path / DATA_DIR)
 
 
 def _preflight(resolved: ResolvedConfig, force: bool = False) -> None:
     """Run the backend's preflight doctor checks; a failure stops the launch with its fix
     (with ``force``, it is printed and the launch goes on)."""
     from thub.doctor import blocking, format_problems, preflight
-    from thub.errors import ThubError
     from thub.ui.output import console
 
     outcomes = preflight(resolved.backend.name, resolved.values()["ckpt_output_dir"])
@@ -374,133 +322,6 @@ def _launch(resolved: ResolvedConfig, run_dir: RunDirectory, signals: RunSignals
         return supervise(resolved, run_dir, child_command(resolved, run_dir), command_line=command_line,
                          resume_from=prepared.resume_from, quiet_json=quiet_json, head=head, lock=prepared.lock,
                          signals=signals)
-
-
-@dataclass
-class PreparedRun:
-    """A run directory made ready under its lock (what :func:`prepared_run` yields)."""
-
-    record: dict[str, Any]  # as written to thub_run.json
-    resume_from: str | None
-    lock: RunLock | None  # None on a node that does not own the directory
-
-
-@contextlib.contextmanager
-def prepared_run(resolved: ResolvedConfig, run_dir: RunDirectory, data: TrainingData, *, overwrite: bool,
-                 resume: bool, command_line: list[str], head: bool = True,
-                 launch: dict[str, Any] | None = None) -> Iterator[PreparedRun]:
-    """Lock the run directory, prepare it, write ``thub_run.json`` and keep the validated rows:
-    the sequence every launch shares (a local run; a SLURM submission, :mod:`thub.launch.submit`).
-
-    The lock is held until the ``with`` block ends (a local run: until it ends; a submission:
-    until the jobs are queued); a live run in the directory refuses us (exit 2), as does a
-    finished one unless ``overwrite``, and a directory made only to be refused is removed again.
-    ``resume`` starts from the newest complete checkpoint. ``launch`` becomes the record's
-    ``launch`` section before the first write. ``head=False`` (a node of a multi-node job other
-    than node 0) takes no lock.
-    """
-    run_dir.check_not_foreign()  # before the lock file is created in someone else's directory
-    created = not run_dir.path.exists()
-    try:
-        with RunLock(run_dir.path) if head else contextlib.nullcontext() as lock:
-            resume_from = None
-            try:
-                try:
-                    user_entries = run_dir.prepare(overwrite=overwrite, resume=resume)  # what --overwrite must keep
-                except UsageError:
-                    if created:  # refused: leave no directory behind that we made only to lock it
-                        import shutil
-
-                        shutil.rmtree(run_dir.path, ignore_errors=True)
-                    raise
-                resume_from = _resume_point(run_dir, resolved) if resume else None
-                record = build_record(resolved, command_line, resume_from)
-                record["user_entries"] = user_entries
-                # the rows validated now, kept in thub_data/: every attempt re-checks them (data.trained_on)
-                record["data"] = {"key": data.key, "rows": len(data.rows), "files": data.files,
-                                  "validated": time.time()}
-                if launch is not None:
-                    record["launch"] = launch
-                try:
-                    write_json_atomic(run_dir.record, record)
-                    _keep_data(data, run_dir, resolved.values())  # the child reads these rows back (thub_data/)
-                except OSError as exc:  # a full disk before the run began: nothing of it may refuse a rerun
-                    _unprepare(run_dir, created, resumed=resume)
-                    raise ThubError(f"cannot prepare {run_dir.path}: {exc.strerror or exc}; nothing was kept "
-                                    "there (free space, or choose another ckpt_output_dir)") from None
-                yield PreparedRun(record, resume_from, lock)
-            except Interrupted as stop:  # a signal before the supervisor took over (thub.runner.signals)
-                stop.result = stopped_while_preparing(resolved, run_dir, created, stop.signum, resume_from)
-                raise
-    except Interrupted:
-        if created and not run_dir.record.exists():  # stopped while taking the lock: nothing of ours stays
-            import shutil
-
-            shutil.rmtree(run_dir.path, ignore_errors=True)
-        raise
-
-
-def _unprepare(run_dir: RunDirectory, created: bool, resumed: bool) -> None:
-    """Undo a preparation that failed (a full disk): the directory made for it, or what it wrote
-    (a resumed run keeps its record: its checkpoints are still there to resume from)."""
-    import shutil
-
-    if created:
-        shutil.rmtree(run_dir.path, ignore_errors=True)
-        return
-    from thub.data.training import DATA_DIR
-
-    shutil.rmtree(run_dir.path / DATA_DIR, ignore_errors=True)
-    if not resumed:
-        run_dir.record.unlink(missing_ok=True)
-
-
-def _resume_point(run_dir: RunDirectory, resolved: ResolvedConfig) -> str | None:
-    """The newest complete checkpoint, saying which newer ones were passed over and where the
-    run continues ("resuming from checkpoint-9 (step 9 of 32)"); the metrics lines logged after
-    it (all of them without a checkpoint) are dropped, so each step is logged once."""
-    from thub.ui.output import console
-
-    found, skipped = run_dir.resume_point()
-    out = console()
-    for path, problem in skipped:
-        out.print(f"warning: {path} is not a complete checkpoint ({problem}); skipped", markup=False,
-                  highlight=False)
-    if found:
-        total = _total_steps(run_dir, found, resolved.values())
-        newest = ", the newest complete checkpoint" if skipped else ""
-        out.print(f"resuming from {found[0].name} (step {found[1]}{f' of {total}' if total else ''}){newest}",
-                  markup=False, highlight=False)
-        truncate_after(run_dir.metrics, found[1])
-        return str(found[0])
-    if any(path.is_dir() for path in _entries(run_dir.checkpoints)):
-        # another layout (mini-trainer's full_state_checkpoints/, verl's global_step_N/): the backend's to find
-        out.print(f"no complete {run_dir.checkpoints.name}/checkpoint-N: {resolved.backend.name} "
-                  f"resumes from its own checkpoints in {run_dir.checkpoints} if it has one",
-                  markup=False, highlight=False)
-    else:
-        out.print("no complete checkpoint: starting from step 1", markup=False, highlight=False)
-    truncate_after(run_dir.metrics, 0)
-    return None
-
-
-def _entries(folder: Path) -> list[Path]:
-    try:
-        return list(folder.iterdir())
-    except OSError:
-        return []
-
-
-def _total_steps(run_dir: RunDirectory, found: tuple[Path, int], params: dict[str, Any]) -> int | None:
-    """The run's step count as this attempt will see it: ``max_steps`` when set, else what the
-    kept metrics line of the checkpoint's step or the checkpoint's ``trainer_state.json`` says."""
-    if isinstance(params.get("max_steps"), int) and params["max_steps"] > 0:
-        return int(params["max_steps"])
-    for line in read_metrics(run_dir.metrics):
-        if line.get("step") == found[1] and isinstance(line.get("max_steps"), int):
-            return int(line["max_steps"])
-    state = read_json(found[0] / "trainer_state.json") or {}
-    return state["max_steps"] if isinstance(state.get("max_steps"), int) and state["max_steps"] > 0 else None
 
 
 def _refused(run_dir: RunDirectory) -> str | None:
