@@ -20,6 +20,10 @@ bash scripts/setup.sh --no-demo
 # ~20 s, no torch/transformers change.
 python -m pip install --quiet "tensorboard==2.21.0" "mlflow-skinny==3.17.2" "sqlalchemy==2.1.9" "alembic==1.20.1" \
   "wandb==0.31.0"
+# thub checkpoint push (issue 29; tests/test_checkpoint_push*.py): s3fs (fsspec's S3) and boto3 as clients of a
+# real S3-compatible server the tests start on 127.0.0.1 (moto's server mode). Pinned to the venv's fsspec; no
+# torch/transformers change.
+python -m pip install --quiet "moto[server]==5.2.5" "s3fs==2026.9.0" "boto3==1.43.117"
 # instructlab-training imports on CPU (its data step runs here; training needs CUDA and is tested
 # up to that boundary). It adds only small packages next to torch/trl/transformers/datasets.
 python -m pip install --quiet "instructlab-training==0.16.2"
