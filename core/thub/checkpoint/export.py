@@ -28,8 +28,16 @@ from typing import Any
 
 from thub.errors import ThubError, UsageError
 
-# what a trainer saves beside the model that a served model does not need (HF Trainer's resume state)
-_TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "scaler.pt")
+#: what a trainer saves beside the model that a served model does not need (HF Trainer's resume state);
+#: ``thub checkpoint push`` never sends these either (:func:`is_training_state`)
+TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "scaler.pt")
+
+
+def is_training_state(name: str) -> bool:
+    """Whether a file named ``name`` is trainer resume state (optimizer, scheduler, RNG, trainer state)."""
+    return name in TRAINING_STATE or name.startswith("rng_state")
+
+
 # sharded layouts consolidate reads (final_model's ``next`` names consolidate for exactly these)
 _CONSOLIDATE = "thub checkpoint consolidate"
 
@@ -70,7 +78,7 @@ def _copy(source: Path, out: Path, base: str | None) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         for item in source.iterdir():
-            if item.is_file() and item.name not in _TRAINING_STATE and not item.name.startswith("rng_state"):
+            if item.is_file() and not is_training_state(item.name):
                 shutil.copy2(item, staging / item.name)
         for name, origin in serving_files(source, Path(base) if base else None):
             if not (staging / name).exists():
