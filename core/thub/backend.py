@@ -51,6 +51,10 @@ _EXPORTS: dict[str, str] = {
     "pretraining_blocks": "thub.data.blocks",
     "processed_samples": "thub.data.expected",
     "supervised_examples": "thub.data.examples",
+    # the chat template renderer (like apply_chat_template, from the saved template, no transformers):
+    # e.g. a BackendSpec.check_rows that checks how the model's template renders a row
+    "ChatTemplate": "thub.data.templates",
+    "TemplateRejected": "thub.data.templates",
     # a data kind of the plugin's own (thub_register_data_kinds): its spec, the pieces its
     # validator is built from (file:line errors alike), and what its preview is built from
     "DataKindSpec": "thub.specs",
@@ -88,6 +92,9 @@ _EXPORTS: dict[str, str] = {
     "report_settings": "thub.runner.hf_trainer",
     "with_legacy_logging_dir": "thub.runner.hf_trainer",
     "metrics_callback": "thub.runner.hf_trainer",
+    "validation_training_args": "thub.runner.hf_trainer",
+    # held-out data: validation_data_path's rows (validation_split is split by the backend)
+    "validation_data": "thub.data.validation",
     # batch split and distributed settings
     "split_batch": "thub.runner.batching",
     "world_size": "thub.runner.batching",
@@ -111,7 +118,9 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
     from thub.data.formats import DatasetSource, RowCheck, check_messages, describe, sharegpt_tags
     from thub.data.prepare import PrepareResult
     from thub.data.preview import PreviewView, explain_ids, explain_messages, explain_prompt, explain_text
+    from thub.data.templates import ChatTemplate, TemplateRejected
     from thub.data.training import TrainingData
+    from thub.data.validation import validation_data
     from thub.errors import ThubError, UsageError, did_you_mean
     from thub.fileio import write_text_atomic
     from thub.hookspecs import hookimpl
@@ -126,6 +135,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
         metrics_callback,
         optional_training_args,
         report_settings,
+        validation_training_args,
         with_legacy_logging_dir,
     )
     from thub.runner.metrics import MetricsTail, MetricsWriter, read_metrics, truncate_after

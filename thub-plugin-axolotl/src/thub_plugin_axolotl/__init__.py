@@ -26,6 +26,8 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
                 "CI).",
         algorithms=HONOURED,
         runner="thub_plugin_axolotl.runner:run",
+        # dpo/kto rows whose prompt the chat template does not render as a prefix: refused in the parent
+        check_rows="thub_plugin_axolotl.preference:check_rows",
         requirements=REQUIREMENTS,
         install=INSTALL,
         needs_cuda=False,

@@ -44,27 +44,14 @@ def thub_examples(rows: list[dict[str, Any]], locations: list[str], tokenizer: A
 
 def preference_texts(algorithm: str, rows: list[dict[str, Any]], locations: list[str],
                      tokenizer: Any) -> list[dict[str, Any]]:
-    """thub's canonical dpo/kto rows as the strings axolotl's RL data path trains as they are:
-    ``prompt`` is the prompt rendered by the model's chat template with its generation prompt, each
-    answer the text the template adds after it (``chosen``/``rejected``, or ``completion`` with
-    ``label``). A template that does not render the prompt as the start of prompt + answer is an
-    error naming the row (the answer would not be where TRL looks for it)."""
-    names = ("chosen", "rejected") if algorithm == "dpo" else ("completion",)
-    out = []
-    for row, where in zip(rows, locations, strict=True):
-        prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-        texts: dict[str, Any] = {"prompt": prompt}
-        for name in names:
-            full = tokenizer.apply_chat_template(row["prompt"] + row[name], tokenize=False)
-            if not full.startswith(prompt):
-                raise UsageError(f"{where}.{name}: the model's chat template does not render the prompt (with its "
-                                 "generation prompt) as the start of prompt + answer, so the answer cannot be "
-                                 "separated from it for axolotl")
-            texts[name] = full[len(prompt):]
-        if algorithm == "kto":
-            texts["label"] = bool(row["label"])
-        out.append(texts)
-    return out
+    """thub's canonical dpo/kto rows as the strings axolotl's RL data path trains as they are
+    (:func:`thub_plugin_axolotl.preference.answer_texts`), rendered by ``tokenizer``'s
+    ``apply_chat_template`` (the trainer's own rendering; the parent checked the same split with
+    thub's renderer, ``check_rows``)."""
+    from thub_plugin_axolotl.preference import answer_texts
+
+    return answer_texts(algorithm, rows, locations, lambda messages, generation: tokenizer.apply_chat_template(
+        messages, add_generation_prompt=generation, tokenize=False))
 
 
 def write_files(plan: dict[str, Any], examples: list[dict[str, Any]], resume_from: str | None) -> str:
