@@ -365,7 +365,7 @@ class CommandSpec(Registered):
     provenance: Provenance = Provenance()
 
 
-EventKind = Literal["started", "metrics", "checkpoint", "succeeded", "failed", "interrupted"]
+EventKind = Literal["started", "metrics", "checkpoint", "succeeded", "failed", "interrupted", "pushed"]
 #: The kinds that end a run: the run's final ``status`` (``result.json``), one of them per run.
 END_KINDS: frozenset[str] = frozenset({"succeeded", "failed", "interrupted"})
 
@@ -376,7 +376,9 @@ class RunEvent:
 
     ``data`` holds the metrics line for ``metrics``, ``{"path", "step"}`` for ``checkpoint``,
     and the ``result.json`` content for ``succeeded``/``failed``/``interrupted``
-    (the run's final status).
+    (the run's final status). ``pushed`` is fired by ``thub checkpoint push`` after a model was
+    published (data: ``to``, ``kind``, ``revision``, ``url``, ``files``, ``card``, ``card_facts``;
+    ``run_dir`` is empty when the folder belongs to no thub run).
     """
 
     kind: EventKind
