@@ -1,0 +1,229 @@
+"""The model card ``thub checkpoint push`` writes as ``README.md`` into the pushed folder.
+
+Built from the run the model came from (``thub_run.json``, ``result.json``,
+``training_metrics.jsonl``) and the verify result: base model, algorithm, backend and versions,
+every parameter with its source, each data file with its row count and the sha256 of its bytes,
+the final and best metrics, the loss curve (a table, and ``thub_loss.png`` beside the card where
+matplotlib is installed) and the checks ``thub checkpoint verify`` ran.
+
+The YAML front matter is huggingface_hub's :class:`~huggingface_hub.ModelCardData` (``base_model``
+only where the training input is a Hub id: the Hub refuses a local path there; ``license`` where
+the base model's own card names one). Everything shown goes through :func:`thub.redact.redact`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from thub.redact import redact, redact_entries
+
+#: the loss plot's file name in the pushed folder (referenced from the card)
+PLOT_NAME = "thub_loss.png"
+#: rows of the loss table (the curve is sampled evenly, first and last step always shown)
+LOSS_ROWS = 12
+_HUB_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of the file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def count_rows(path: Path) -> int | None:
+    """Rows of a data file: non-blank lines of JSON Lines, items of a JSON array, Parquet's own
+    row count, CSV lines after the header; None for a format not read here."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".jsonl", ".ndjson"):
+            with path.open("rb") as handle:
+                return sum(1 for line in handle if line.strip())
+        if suffix == ".json":
+            data = json.loads(path.read_text())
+            return len(data) if isinstance(data, list) else None
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return int(pq.ParquetFile(path).metadata.num_rows)
+        if suffix in (".csv", ".tsv"):
+            with path.open("rb") as handle:
+                return max(0, sum(1 for line in handle if line.strip()) - 1)
+    except (OSError, ValueError, ImportError):
+        return None
+    return None
+
+
+def data_files(record: dict[str, Any], parameters: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each training data file: ``path``, ``rows``, ``sha256`` (of its bytes now), ``exists``.
+
+    The files are those ``thub_run.json`` recorded as validated (``data.files``), else the
+    ``data_path`` parameter. A file no longer there is listed with ``exists: false``.
+    """
+    recorded = (record.get("data") or {}).get("files") or {}
+    paths = list(recorded) if isinstance(recorded, dict) and recorded else []
+    if not paths and parameters.get("data_path"):
+        value = parameters["data_path"]
+        paths = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    found = []
+    for name in paths:
+        path = Path(name)
+        if path.is_file():
+            found.append({"path": name, "rows": count_rows(path), "sha256": sha256_file(path), "exists": True})
+        else:
+            found.append({"path": name, "rows": None, "sha256": None, "exists": False})
+    return found
+
+
+def loss_curve(run_dir: Path | None) -> list[tuple[float, float]]:
+    """The run's loss by step (thub's metrics reader: ``training_metrics.jsonl`` or trainer_state)."""
+    if run_dir is None:
+        return []
+    from thub.errors import ThubError
+    from thub.insight.plotting import load_series
+
+    try:
+        series = load_series([str(run_dir)], metric="loss")
+    except ThubError:
+        return []
+    return list(zip(series[0].xs, series[0].ys)) if series and series[0].ys else []
+
+
+def write_plot(run_dir: Path, out: Path) -> Path | None:
+    """The loss curve as a PNG (thub plot's drawing); None when matplotlib is missing or nothing was logged."""
+    from thub.errors import ThubError
+    from thub.insight.plotting import load_series, write_image
+
+    try:
+        series = load_series([str(run_dir)], metric="loss")
+        if not series or not series[0].ys:
+            return None
+        return write_image(series, out, title="training loss")
+    except ThubError:
+        return None
+
+
+def _sampled(points: list[tuple[float, float]], rows: int = LOSS_ROWS) -> list[tuple[float, float]]:
+    if len(points) <= rows:
+        return points
+    picks = sorted({round(i * (len(points) - 1) / (rows - 1)) for i in range(rows)})
+    return [points[i] for i in picks]
+
+
+def _hub_id(name: str | None) -> str | None:
+    """``name`` where it reads as a Hub model id (``org/name`` or ``name``) and is no local folder."""
+    if not name or Path(name).exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
+        return None
+    return name if all(c in _HUB_ID_CHARS or c == "/" for c in name) else None
+
+
+def _base_license(model_path: str | None) -> str | None:
+    """The license the base model's own card declares (a local folder's README.md front matter)."""
+    if not model_path or not (Path(model_path) / "README.md").is_file():
+        return None
+    try:
+        from huggingface_hub import ModelCard
+
+        license_ = ModelCard.load(Path(model_path) / "README.md", ignore_metadata_errors=True).data.license
+    except Exception:  # noqa: BLE001 - a base card that does not parse gives no license, nothing else
+        return None
+    return str(license_) if license_ else None
+
+
+def _cell(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+
+
+def card_facts(run_dir: Path | None, verification: dict[str, Any] | None) -> dict[str, Any]:
+    """What the card says, as data (also the ``card`` of ``--json`` and of the ``pushed`` event)."""
+    from thub.runner.rundir import read_json
+
+    record = (read_json(run_dir / "thub_run.json") if run_dir else None) or {}
+    result = (read_json(run_dir / "result.json") if run_dir else None) or {}
+    entries = redact_entries(record.get("parameters") or {})
+    parameters = {n: e.get("value") for n, e in entries.items() if isinstance(e, dict)}
+    metrics_points = loss_curve(run_dir)
+    return {
+        "run_dir": str(run_dir) if run_dir else None,
+        "base_model": parameters.get("model_path"),
+        "algorithm": record.get("algorithm"), "backend": record.get("backend"),
+        "versions": record.get("versions") or {},
+        "parameters": [{"name": n, "value": e.get("value"), "source": e.get("source")}
+                       for n, e in entries.items() if isinstance(e, dict)],
+        "data": data_files(record, parameters),
+        "validated_rows": (record.get("data") or {}).get("rows"),
+        "status": result.get("status"),
+        "final_metrics": redact(result.get("last_metrics") or {}),
+        "summary": redact(result.get("summary") or {}),
+        "best_checkpoint": redact(result.get("best_checkpoint")),
+        "loss": [{"step": x, "loss": y} for x, y in _sampled(metrics_points)],
+        "loss_min": min((y for _, y in metrics_points), default=None),
+        "verify": verification,
+    }
+
+
+def render(facts: dict[str, Any], plot: str | None = None) -> str:
+    """The card's text: YAML front matter (huggingface_hub's ModelCardData) and the sections."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    base = facts.get("base_model")
+    tags = ["thub", *[t for t in (facts.get("algorithm"), facts.get("backend")) if t]]
+    data = ModelCardData(base_model=_hub_id(base), library_name="transformers", tags=tags,
+                         license=_base_license(base))
+    versions = facts.get("versions") or {}
+    library = versions.get("library") or {}
+    plugin = versions.get("plugin") or {}
+    lines = [f"# {facts.get('algorithm') or 'model'} of {base or 'an unknown base'}", "",
+             "Trained and pushed with thub (`thub checkpoint push`); this card is generated from the run's "
+             "`thub_run.json`, `result.json` and `training_metrics.jsonl`.", "", "## Training", ""]
+    lines += _table(["what", "value"], [
+        ["base model", base or "-"], ["algorithm", facts.get("algorithm") or "-"],
+        ["backend", f"{facts.get('backend') or '-'} ({library.get('name', '-')} {library.get('version', '')})"],
+        ["plugin", f"{plugin.get('name', '-')} {plugin.get('version', '')}"],
+        ["thub", versions.get("thub", "-")], ["python", versions.get("python", "-")],
+        ["run status", facts.get("status") or "-"]])
+    lines += ["", "## Parameters", "", "Every parameter of the run with where its value came from "
+              "(secrets redacted).", ""]
+    lines += _table(["parameter", "value", "source"],
+                    [[p["name"], p["value"], p["source"]] for p in facts.get("parameters") or []])
+    lines += ["", "## Data", ""]
+    rows = [[d["path"], "-" if d["rows"] is None else d["rows"], d["sha256"] or "(file no longer there)"]
+            for d in facts.get("data") or []]
+    lines += _table(["file", "rows", "sha256 of the file"], rows) if rows else ["No data file recorded."]
+    if facts.get("validated_rows") is not None:
+        lines += ["", f"Rows validated by thub before training: {facts['validated_rows']}."]
+    lines += ["", "## Metrics", ""]
+    final = facts.get("final_metrics") or {}
+    lines += _table(["final metric", "value"], [[k, v] for k, v in final.items()]) if final else ["No metrics."]
+    if facts.get("loss_min") is not None:
+        lines += ["", f"Lowest training loss: {facts['loss_min']:.6g}."]
+    best = facts.get("best_checkpoint")
+    if isinstance(best, dict):
+        lines += ["", "Best checkpoint: " + ", ".join(f"{k} {_cell(v)}" for k, v in best.items()) + "."]
+    if facts.get("loss"):
+        lines += ["", "### Loss curve", ""]
+        if plot:
+            lines += [f"![training loss]({plot})", ""]
+        lines += _table(["step", "loss"], [[f"{p['step']:g}", f"{p['loss']:.6g}"] for p in facts["loss"]])
+    lines += ["", "## Verification", ""]
+    verification = facts.get("verify") or {}
+    if verification.get("checks"):
+        lines += [f"`thub checkpoint verify` ({verification.get('by')}): "
+                  f"{'passed' if verification.get('ok') else 'NOT passed (pushed with --force)'}.", ""]
+        marks = {True: "ok", False: "FAILED", None: "skipped"}
+        lines += _table(["check", "result", "detail"], [[c["check"], marks.get(c.get("ok"), "-"),
+                                                         c.get("message", "")] for c in verification["checks"]])
+    else:
+        lines += [f"Not verified ({verification.get('by') or 'no verify result'})."]
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n"))
