@@ -55,6 +55,11 @@ python -m pip install --quiet --no-deps --upgrade --target build/openpipe-art-0.
 # trl<=0.24). Its tests build its managed environment with `thub install llamafactory --into managed`
 # (about 1.5 min, 2.2 GB) and check the translation with LLaMA-Factory's own parser and train there.
 python -m pip install --quiet --no-deps -e ./thub-plugin-llamafactory
+# lm-evaluation-harness (issue 28, `thub eval`): lm-eval 0.4.13 with its HF extra (transformers, torch,
+# accelerate, peft: already here, so the CPU torch stays; ~40 small packages: evaluate, sacrebleu,
+# scikit-learn, rouge-score, ...) and the evaluator plugin. Its [vllm] extra is GPU only, never here.
+python -m pip install --quiet "lm-eval[hf]==0.4.13"
+python -m pip install --quiet --no-deps -e ./thub-plugin-lmeval
 # axolotl: the plugin only (axolotl 0.19 pins transformers==5.16.1 and pulls 4.3 GB; its real runs
 # need its managed environment, not built here), and the axolotl 0.19.0 wheel unpacked without
 # dependencies outside the venv plus the few modules its config and data code import (addict, colorama;
