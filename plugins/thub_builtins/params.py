@@ -39,8 +39,14 @@ class _SupervisedParams(OverlongMixin, BaseParams):
     packing: bool | None = param(group="core", help="Pack several samples into one sequence.")
     use_liger: bool | None = param(group="core", help="Use Liger kernels.")
     validation_split: float | None = param(group="core", help="Fraction of data held out for validation.", ge=0, lt=1)
-    validation_frequency: int | None = param(group="core",
-                                             help="Validate every N steps (needed when validation_split > 0).", ge=1)
+    validation_data_path: str | None = param(
+        group="core", path=True,
+        help="A separate held-out file of the same kind as the training data (checked as data_path is); "
+             "instead of validation_split.")
+    validation_frequency: int | None = param(
+        group="core", ge=1,
+        help="Evaluate the held-out loss (eval_loss) every N steps (needed with validation_split or "
+             "validation_data_path).")
 
     # continued pretraining
     is_pretraining: bool = param(False, group="pretraining", help="Continued pretraining on documents instead of chat.")
@@ -57,11 +63,15 @@ class _SupervisedParams(OverlongMixin, BaseParams):
             raise ValueError("block_size only applies with is_pretraining: true")
         if self.is_pretraining and self.unmask_messages:
             raise ValueError("is_pretraining and unmask_messages cannot be combined (documents have no roles)")
-        if self.validation_split and not self.validation_frequency:
-            raise ValueError("validation_frequency is required when validation_split > 0")
-        if self.validation_frequency and not self.validation_split:
-            raise ValueError(f"validation_frequency ({self.validation_frequency}) needs validation_split > 0: "
-                             "without a held-out split no backend validates; set validation_split or drop it")
+        if self.validation_split and self.validation_data_path:
+            raise ValueError("validation_split and validation_data_path cannot be combined (one held-out set: a "
+                             "fraction of data_path, or a separate file)")
+        held_out = "validation_data_path" if self.validation_data_path else "validation_split"
+        if (self.validation_split or self.validation_data_path) and not self.validation_frequency:
+            raise ValueError(f"validation_frequency is required with {held_out}")
+        if self.validation_frequency and not (self.validation_split or self.validation_data_path):
+            raise ValueError(f"validation_frequency ({self.validation_frequency}) needs validation_split > 0 or "
+                             "validation_data_path: without held-out data no backend validates; set one or drop it")
         return self
 
 

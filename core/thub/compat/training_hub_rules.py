@@ -259,7 +259,8 @@ HUB_DATA_REFUSAL = ("thub reads local files, not a Hugging Face dataset stream: 
              "then pass data_path='train.jsonl'")
 _JIT = ("thub always saves a checkpoint and stops on SIGTERM or Ctrl-C; the same call with resume=True "
         "(on the command line: --resume) continues")
-_VALIDATION = "thub validates every validation_frequency steps on the validation_split held out of data_path"
+_VALIDATION = ("thub evaluates eval_loss every validation_frequency steps on the validation_split held out of "
+               "data_path or on validation_data_path")
 _HPU = "thub trains on NVIDIA GPUs (and on CPU with the trl backend); Intel Gaudi (HPU) is not supported"
 _MT_DTYPE = "thub keeps mini-trainer's default dtypes (bf16 weights saved, fp32 optimizer state)"
 
@@ -331,12 +332,13 @@ RULES: dict[str, Rule] = {
                                    "mini-trainer does (thub sets its training mode from max_steps)",
                           convert=_training_mode),
     "max_tokens": refuse("token-budget training is not offered: use max_steps or num_epochs"),
-    "validation_data_path": refuse(_VALIDATION + ": merge the files and set validation_split"),
     "validate_at_epoch": refuse(_VALIDATION),
     "min_samples_per_validation": refuse(_VALIDATION),
     "validate_at_final": refuse(_VALIDATION),
-    "save_best_val_loss": refuse(_VALIDATION + "; every checkpoint is kept: pick the best from training_metrics.jsonl"),
-    "val_loss_improvement_threshold": refuse(_VALIDATION + "; every checkpoint is kept"),
+    "save_best_val_loss": refuse(_VALIDATION + "; result.json names the best checkpoint (best_checkpoint, the lowest "
+                                               "eval_loss) and save_total_limit never deletes it"),
+    "val_loss_improvement_threshold": refuse(_VALIDATION + "; result.json names the best checkpoint "
+                                                           "(best_checkpoint)"),
     "resume_from_full_state_checkpoint": refuse("run the same command with --resume (thub.train(..., resume=True))"),
     "osft_memory_efficient_init": refuse("not a field of mini-trainer 0.9 (Training Hub drops it there); thub's "
                                          "mini-trainer backend initialises OSFT with mini-trainer's default"),
@@ -355,7 +357,8 @@ RULES: dict[str, Rule] = {
     "fp16": fixed((False,), "fp16 training is not offered: thub trains in bf16 on GPUs"),
     "tf32": fixed((True, False), "no effect in Training Hub either (never passed to the trainer); thub leaves TF32 "
                                  "at PyTorch's default"),
-    "eval_steps": rename("validation_frequency", "thub evaluates on validation_split held out of data_path"),
+    "eval_steps": rename("validation_frequency", "eval_loss every N steps on validation_split of data_path or on "
+                                                 "validation_data_path"),
     "dataset_type": Rule("mapped", "chat_template: data_format messages; alpaca: data_format alpaca", "data_format",
                          _dataset_type),
     "field_messages": Rule("fixed", "the list key 'messages' is accepted; another key: a dataset mapping "
@@ -371,7 +374,8 @@ RULES: dict[str, Rule] = {
                                               "nproc_per_node for data parallelism"),
     "finetune_vision_layers": fixed((False,), "thub trains the language model; vision layers are not adapted"),
     "finetune_language_layers": fixed((True,), "thub always adapts the language layers"),
-    "eval_data_path": refuse(_VALIDATION + ": merge the files and set validation_split"),
+    "eval_data_path": rename("validation_data_path", "a separate held-out file, checked as data_path is; needs "
+                                                     "eval_steps (validation_frequency)"),
     "per_device_eval_batch_size": refuse("thub evaluates with the training micro-batch"),
     "init_lora_weights": fixed((True,), "thub initialises LoRA with PEFT's default (B = 0)"),
     "rank_pattern": refuse("one lora_r for every adapted module: choose target_modules, or train twice"),

@@ -88,7 +88,8 @@ def validate_training_data(params: Mapping[str, Any], algorithm: AlgorithmSpec |
 
     Bad data raises :class:`thub.errors.UsageError` naming every file and line at once. With
     ``algorithm``, the data gate too: rows of a kind it does not train on (``AlgorithmSpec.data_kinds``)
-    are refused, naming the first row (``sft expects chat, ... rows; `x.jsonl:1` is a grpo row``).
+    are refused, naming the first row (``sft expects chat, ... rows; `x.jsonl:1` is a grpo row``), and
+    so is a ``validation_data_path`` that would be refused as data (:mod:`thub.data.validation`).
     """
     files = source_hashes(params)  # before reading: a file changed while it is read gets another key
     loaded = load_sources(training_sources(params))
@@ -102,6 +103,9 @@ def validate_training_data(params: Mapping[str, Any], algorithm: AlgorithmSpec |
     rows, locations = mix_loaded(loaded, mixing["strategy"], mixing["probabilities"], mixing["seed"])
     if algorithm is not None:
         _kind_gate(loaded[0].kind, rows, locations, params)
+        from thub.data.validation import validate_validation_data
+
+        validate_validation_data(params, algorithm, loaded[0].kind)  # validation_data_path: the same gate
     return TrainingData(rows, locations, loaded[0].kind, data_key(params, files), files)
 
 

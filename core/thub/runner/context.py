@@ -32,7 +32,8 @@ class RunContext:
         retention: thub's own ``save_total_limit`` for a library that has none (the translation's
             ``retention`` section, :func:`thub.backend.thub_retention`): set it, and each
             :meth:`checkpoint` reported prunes the older ones (:mod:`thub.runner.retention`).
-        protected_checkpoints: paths retention never deletes (the best checkpoint by the run's metric).
+        protected_checkpoints: paths retention never deletes; :meth:`checkpoint` adds the best
+            checkpoint by ``eval_loss`` (:meth:`best_checkpoint`) before it prunes.
 
     The data comes from one entry: :meth:`data` / :meth:`rows` for the rows, :meth:`prepare` for
     thub's tokenized file. Never read ``params["data_path"]`` yourself: the parent already
@@ -91,8 +92,21 @@ class RunContext:
         if self.retention:
             from thub.runner.retention import prune
 
+            best = self.best_checkpoint()
+            if best is not None:  # the lowest eval_loss so far: never pruned (issue 28)
+                self.protected_checkpoints.add(best["path"])
             prune(path, int(self.retention["save_total_limit"]), root=self.run_dir.path,
                   protect={*self.protected_checkpoints, str(self.run_dir.path / "final")})
+
+    def best_checkpoint(self) -> dict[str, Any] | None:
+        """The best checkpoint reported so far (the lowest ``eval_loss`` at a checkpoint's step,
+        :func:`thub.runner.best.best_checkpoint`), or None: the run does not validate, or no
+        checkpoint was saved at an evaluated step yet."""
+        from thub.runner.best import best_checkpoint
+        from thub.runner.metrics import read_metrics
+
+        checkpoints = [e for e in read_metrics(self.run_dir.events) if "path" in e]
+        return best_checkpoint(read_metrics(self.run_dir.metrics), checkpoints)
 
     def data(self) -> TrainingData:
         """The rows this run trains on, validated, normalised and mixed, with their locations

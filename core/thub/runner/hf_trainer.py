@@ -28,6 +28,18 @@ def optional_training_args(params: Mapping[str, Any]) -> dict[str, Any]:
     return {target: params[name] for name, target in OPTIONAL_TRAINING_ARGS.items() if params.get(name) is not None}
 
 
+def validation_training_args(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The TrainingArguments of a run that validates (``validation_split`` or
+    ``validation_data_path``): evaluate every ``validation_frequency`` steps, and track the best
+    checkpoint by ``eval_loss`` (lower is better), so that the Trainer's own rotation
+    (``save_total_limit``: ``transformers.trainer_utils.rotate_checkpoints``) keeps
+    ``state.best_model_checkpoint`` beside the newest one. Empty when the run does not validate."""
+    if not (params.get("validation_split") or params.get("validation_data_path")):
+        return {}
+    return {"eval_strategy": "steps", "eval_steps": params["validation_frequency"],
+            "metric_for_best_model": "eval_loss", "greater_is_better": False}
+
+
 def report_settings(params: Mapping[str, Any]) -> tuple[list[str], dict[str, str], dict[str, Any]]:
     """``report_to``, environment variables and extra TrainingArguments for the trackers set.
 
@@ -109,13 +121,25 @@ def metrics_callback(context: RunContext, *, reason: str | None = None) -> Any:
     class ThubCallback(TrainerCallback):
         def __init__(self) -> None:
             self.last_tokens: float | None = None
+            self.last_eval_step: int | None = None
             self.last_time = time.time()
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
             if not state.is_world_process_zero or not logs or "train_runtime" in logs:
                 return
+            if "eval_loss" in logs and "loss" not in logs:
+                # Trainer.evaluate's line (the held-out loss after this step): an evaluation line of
+                # its own (thub.runner.metrics.EVAL_FIELDS); the report_to integrations log it themselves.
+                # Once per step: LLaMA-Factory evaluates again after training, on the same weights
+                if state.global_step == self.last_eval_step:
+                    return
+                self.last_eval_step = state.global_step
+                extra = {k: v for k, v in logs.items() if k.startswith("eval_") and k != "eval_loss"}
+                context.metrics.log_eval(state.global_step, logs["eval_loss"], epoch=state.epoch,
+                                         max_steps=state.max_steps, **extra)
+                return
             if "loss" not in logs and "reward" not in logs:
-                return  # evaluation-only lines go in with the next training line
+                return  # other library lines (another evaluation's metrics) stay out of the stream
             line = {k: v for k, v in logs.items()
                     if isinstance(v, (int, float)) and ("/" not in k or k in PREFERENCE_FIELDS)}
             line["epoch"] = state.epoch

@@ -6,6 +6,11 @@ Every line is one JSON object with at least ``step``, ``max_steps``, ``epoch``, 
 ``write`` on an ``O_APPEND`` descriptor, so a reader never sees half a line from a live run.
 A NaN/inf value is written as ``null`` and its name listed in ``non_finite`` (JSON has no NaN),
 which is what the supervisor's divergence check reads.
+
+The held-out loss (``validation_split`` / ``validation_data_path``) is a line of its own, the same
+on every backend (:data:`EVAL_FIELDS`, :meth:`MetricsWriter.log_eval`): ``step`` (the optimizer
+step it was measured after), ``max_steps``, ``epoch``, ``timestamp`` and ``eval_loss``, with the
+library's other ``eval_*`` numbers; it has no ``loss`` or ``learning_rate`` (:func:`is_eval_line`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ REQUIRED_FIELDS = ("step", "max_steps", "epoch", "timestamp", "learning_rate")
 #: under the names TRL, LLaMA-Factory and axolotl log them. The one set of ``/`` names the stream
 #: keeps from a library's logs (GRPO's per-function ``rewards/{fn}/mean`` and the like stay out).
 PREFERENCE_FIELDS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
+#: every evaluation line has these (the held-out loss at ``step``); its other fields are ``eval_*``
+EVAL_FIELDS = ("step", "max_steps", "epoch", "timestamp", "eval_loss")
+
+
+def is_eval_line(line: dict[str, Any]) -> bool:
+    """Whether a metrics line is an evaluation line (``eval_loss``, no training ``loss``)."""
+    return "eval_loss" in line and "loss" not in line
 
 
 def _clean(value: Any) -> Any:
@@ -54,6 +66,15 @@ class MetricsWriter:
         finally:
             os.close(fd)
         return line
+
+    def log_eval(self, step: int, eval_loss: float, *, epoch: float | None, max_steps: int | None = None,
+                 **extra: Any) -> dict[str, Any]:
+        """Write the evaluation line of ``step`` (:data:`EVAL_FIELDS`); ``extra`` are the library's
+        other evaluation numbers, each written as ``eval_<name>`` (a name already so prefixed as it is)."""
+        values = {name if name.startswith("eval_") else f"eval_{name}": value for name, value in extra.items()
+                  if isinstance(value, (int, float)) and not isinstance(value, bool)}
+        return self.log(step, max_steps=max_steps if max_steps is not None else self.max_steps, epoch=epoch,
+                        eval_loss=float(eval_loss), **values)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -107,6 +128,8 @@ class DivergenceWatch:
                 if key in marked or (isinstance(line.get(key), float) and not math.isfinite(line[key]))]
 
     def update(self, line: dict[str, Any]) -> str | None:
+        if is_eval_line(line):
+            return None  # between two training lines: neither ends nor extends a streak
         bad = self.non_finite(line)
         if not bad:
             self.streak = []

@@ -10,7 +10,7 @@ from thub.ui.output import console
 
 def _describe(line: dict[str, Any], compact: bool = False) -> str:
     parts = []
-    for key in ("loss", "reward", "learning_rate"):
+    for key in ("loss", "reward", "eval_loss", "learning_rate"):
         value = line.get(key)
         if isinstance(value, (int, float)):
             label = "lr" if compact and key == "learning_rate" else key.replace("_", " ")

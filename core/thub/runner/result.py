@@ -24,8 +24,10 @@ def write_result(run_dir: RunDirectory, result: dict[str, Any], *, started: floa
     ``result`` holds the outcome (``status``, ``error``, ``reason``, ...); this adds ``run_dir``,
     ``checkpoints`` and ``last_metrics`` (from the run's event and metrics files unless the
     caller followed them already), ``wall_seconds`` since ``started``, ``log``, ``outputs``,
-    ``final_checkpoint`` (None unless set), ``final_model`` (its layout and whether it loads as it
-    is, :func:`thub.checkpoint.layouts.final_model`), ``reached_step``, ``built`` (what the library
+    ``final_checkpoint`` (None unless set), ``best_checkpoint``
+    (:func:`thub.runner.best.best_checkpoint`: the lowest ``eval_loss`` among the complete
+    checkpoints, or None), ``final_model`` (its layout and whether it loads as it is,
+    :func:`thub.checkpoint.layouts.final_model`), ``reached_step``, ``built`` (what the library
     built, where it was measured: ``built.json``) and the chat-template check of the saved checkpoints
     against ``model_path``; then redacts every value (an error may quote a URI with its
     password). A write error (a full disk) is one line on stderr and a ``note``, not a
@@ -51,6 +53,11 @@ def write_result(run_dir: RunDirectory, result: dict[str, Any], *, started: floa
         "outputs": sorted({*run_dir.outputs_since(record.get("user_entries")), run_dir.result.name}),
     }
     result.setdefault("final_checkpoint", None)
+    from thub.runner.best import best_checkpoint
+
+    # the lowest eval_loss among the checkpoints still there (None: the run did not validate, or
+    # saved no checkpoint at an evaluated step); `thub eval --checkpoints best` reads it
+    result["best_checkpoint"] = best_checkpoint(read_metrics(run_dir.metrics), checkpoints)
     from thub.checkpoint.layouts import final_model
 
     result["final_model"] = final_model(result["final_checkpoint"])  # its layout, loadable as it is

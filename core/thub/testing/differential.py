@@ -46,6 +46,7 @@ COMPANIONS: dict[str, dict[str, Any]] = {
     "is_pretraining": {"block_size": 64},
     "block_size": {"is_pretraining": True},
     "validation_split": {"validation_frequency": 5},
+    "validation_data_path": {"validation_frequency": 5},
     "validation_frequency": {"validation_split": 0.1},
     "bnb_4bit_quant_type": {"load_in_4bit": True},
     "bnb_4bit_compute_dtype": {"load_in_4bit": True},

@@ -15,7 +15,9 @@ that (``llamafactory/data/loader.py``), so thub hands it exactly the tokens it v
 * ``packing``: LLaMA-Factory's own ``greedy_knapsack`` over thub's examples, laid out as its
   ``PackedSupervisedDatasetProcessor`` does (position ids restart per example);
 * ``validation_split``: split as LLaMA-Factory's ``split_dataset`` does
-  (``train_test_split(test_size, seed)``), saved as its ``train``/``validation`` splits.
+  (``train_test_split(test_size, seed)``), saved as its ``train``/``validation`` splits;
+  ``validation_data_path``: that file's rows tokenized (and packed) as the training rows are, saved as
+  the ``validation`` split (its ``get_dataset_module`` makes it the Trainer's ``eval_dataset``).
 
 Written with this environment's ``datasets`` (the one LLaMA-Factory reads with). Imports
 datasets, transformers and llamafactory: the training child and the preview only.
@@ -81,8 +83,9 @@ def _columns(examples: list[dict[str, list[int]]]) -> dict[str, list[list[int]]]
 
 
 def save_tokenized(path: str | Path, examples: list[dict[str, list[int]]], validation_split: float | None,
-                   seed: int) -> None:
-    """Save ``examples`` where LLaMA-Factory's ``tokenized_path`` points, once per content.
+                   seed: int, held_out: list[dict[str, list[int]]] | None = None) -> None:
+    """Save ``examples`` where LLaMA-Factory's ``tokenized_path`` points, once per content
+    (``held_out``: the examples of ``validation_data_path``, saved as the ``validation`` split).
 
     Every rank builds the same examples; under a file lock the first writes them (to a
     temporary folder renamed into place) and the others find the same digest and reuse them.
@@ -90,7 +93,7 @@ def save_tokenized(path: str | Path, examples: list[dict[str, list[int]]], valid
     from datasets import Dataset, DatasetDict
 
     target = Path(path)
-    digest = hashlib.sha256(json.dumps([examples, validation_split, seed]).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps([examples, validation_split, seed, held_out]).encode()).hexdigest()
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / ".tokenized.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -103,6 +106,8 @@ def save_tokenized(path: str | Path, examples: list[dict[str, list[int]]], valid
         if validation_split:
             split = dataset.train_test_split(test_size=validation_split, seed=seed)
             saved: Any = DatasetDict({"train": split["train"], "validation": split["test"]})
+        elif held_out is not None:
+            saved = DatasetDict({"train": dataset, "validation": Dataset.from_dict(_columns(held_out))})
         else:
             saved = dataset
         temporary = target.parent / f".{target.name}.tmp"
@@ -116,18 +121,37 @@ def save_tokenized(path: str | Path, examples: list[dict[str, list[int]]], valid
 def write_dataset(data: TrainingData, params: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     """Tokenize ``data`` as thub does and save it at the plan's ``tokenized_path``; report lines."""
     tokenizer = load_backend_tokenizer(params)
+    examples, lines = _examples(data, params, plan, tokenizer)
+    if not examples:
+        raise UsageError("no example left to train on after tokenizing (see the warnings above)")
+    held_out = None
+    if plan["data"].get("validation_data_path"):
+        from thub.backend import validation_data
+
+        validation = validation_data(params)
+        assert validation is not None  # validation_data_path is set
+        held_out, more = _examples(validation, params, plan, tokenizer)
+        lines += more
+        if not held_out:
+            raise UsageError(f"validation_data_path {params['validation_data_path']}: no example left to evaluate on "
+                             "after tokenizing (see the warnings above)")
+    save_tokenized(plan["data"]["tokenized_path"], examples, plan["data"]["validation_split"], params["seed"],
+                   held_out)
+    return lines
+
+
+def _examples(data: TrainingData, params: dict[str, Any], plan: dict[str, Any],
+              tokenizer: Any) -> tuple[list[dict[str, list[int]]], list[str]]:
+    """``data``'s rows as thub's examples (packed with ``packing``) and the report lines."""
     pretraining = plan["data"]["mode"] == "pretraining"
     examples, lines = supervised_examples(
         data.rows, data.locations, tokenizer, max_seq_len=params["max_seq_len"], overlong=params["overlong"],
         unmask=bool(params.get("unmask_messages")), block_size=params["block_size"] if pretraining else None)
-    if not examples:
-        raise UsageError("no example left to train on after tokenizing (see the warnings above)")
-    if not pretraining and params.get("packing"):
+    if examples and not pretraining and params.get("packing"):
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         examples = pack(examples, params["max_seq_len"], pad)
         lines.append(f"thub: packed into {len(examples)} sequences of {params['max_seq_len']} tokens")
-    save_tokenized(plan["data"]["tokenized_path"], examples, plan["data"]["validation_split"], params["seed"])
-    return lines
+    return examples, lines
 
 
 # -- preference tuning: LLaMA-Factory's own data path (the rows: thub_plugin_llamafactory.preference)

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from thub.backend import UsageError, cuda_visible, optional_training_args, report_settings, split_batch, world_size
+from thub.backend import (
+    UsageError,
+    cuda_visible,
+    optional_training_args,
+    report_settings,
+    split_batch,
+    validation_training_args,
+    world_size,
+)
 
 BACKEND = "llamafactory"
 #: The dataset name LLaMA-Factory's get_train_args requires; unused (the data is at tokenized_path).
 DATASET = "thub_train"
+#: The eval dataset name its get_train_args requires for a separate held-out file (validation_data_path);
+#: unused too: thub saves those rows as the ``validation`` split at tokenized_path, which its loader reads.
+EVAL_DATASET = "thub_validation"
 #: The file of preference rows LLaMA-Factory reads (dpo, kto), in ``{ckpt_output_dir}/llamafactory``.
 PREFERENCE_FILE = "train.json"
 
@@ -25,14 +36,14 @@ _SFT = frozenset({
     "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",
     "logging_steps", "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",
     "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name",
-    "unmask_messages", "overlong", "packing", "use_liger", "validation_split", "validation_frequency",
-    "is_pretraining", "block_size",
+    "unmask_messages", "overlong", "packing", "use_liger", "validation_split", "validation_data_path",
+    "validation_frequency", "is_pretraining", "block_size",
 })
 _LORA = frozenset({"lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora"})
 # Preference tuning trains LLaMA-Factory's own pairs (its ranking/KTO data path, dataset.py): no
 # thub masks, packing, pretraining blocks or validation split apply there
 _PREFERENCE = _SFT - {"unmask_messages", "packing", "is_pretraining", "block_size", "validation_split",
-                      "validation_frequency", "use_liger"}
+                      "validation_data_path", "validation_frequency", "use_liger"}
 _DPO = _PREFERENCE | {"beta", "loss_type", "reference_model_path", "label_smoothing", "simpo_gamma"}
 _KTO = _PREFERENCE | {"beta", "reference_model_path", "desirable_weight", "undesirable_weight"}
 
@@ -173,11 +184,14 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     # the longest sequence LLaMA-Factory sees (its model_max_length); thub cut the examples to it
     args["cutoff_len"] = length
     validation = None if preference else params.get("validation_split")
-    if validation:
-        # thub splits (dataset.py) and saves the validation split; LLaMA-Factory's loader ignores
-        # val_size with tokenized_path, but its get_train_args requires it for eval_strategy
-        args.update({"val_size": validation, "eval_strategy": "steps", "eval_steps": params["validation_frequency"],
-                     "per_device_eval_batch_size": micro})
+    held_out = None if preference else params.get("validation_data_path")
+    if validation or held_out:
+        # thub splits (dataset.py) or tokenizes the separate file, and saves the validation split;
+        # LLaMA-Factory's loader ignores val_size/eval_dataset with tokenized_path, but its
+        # get_train_args requires one of them for eval_strategy. The best checkpoint by eval_loss:
+        # metric_for_best_model, which the Trainer's rotation keeps (validation_training_args)
+        args.update({**({"val_size": validation} if validation else {"eval_dataset": EVAL_DATASET}),
+                     **validation_training_args(params), "per_device_eval_batch_size": micro})
     if algorithm == "lora_sft":
         args.update({
             "lora_rank": params["lora_r"],
@@ -203,6 +217,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
                {"max_seq_len": params["max_seq_len"], "overlong": params["overlong"],
                 "packing": bool(params.get("packing"))}),
             "validation_split": validation or None,
+            "validation_data_path": held_out,
             "seed": params["seed"],
         },
         "world_size": world,

@@ -22,13 +22,10 @@ def _load_tokenizer(plan: dict[str, Any]) -> Any:
     return tokenizer
 
 
-def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
-    from datasets import Dataset
-
+def _sft_examples(data: Any, params: dict[str, Any], plan: dict[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
+    """``data``'s rows as thub's masked examples (the same path for the train and held-out rows)."""
     from thub.backend import supervised_examples
 
-    params = context.params
-    data = context.data()  # the rows thub validated before the run (datasets and mixing applied)
     # thub's own masking: correct for any chat template, overlong samples counted, not hidden
     prepared, lines = supervised_examples(
         data.rows, data.locations, tokenizer, max_seq_len=params["max_seq_len"], overlong=plan["data"]["overlong"],
@@ -36,10 +33,31 @@ def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> t
         block_size=params["block_size"] if plan["data"]["mode"] == "pretraining" else None)
     for line in lines:
         print(line, flush=True)
-    dataset = Dataset.from_list(prepared)
+    return prepared
+
+
+def _sft_dataset(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tuple[Any, Any]:
+    """The train dataset and the held-out one (``validation_split`` of the rows, or the rows of
+    ``validation_data_path``; None without validation)."""
+    from datasets import Dataset
+
+    from thub.backend import validation_data
+
+    params = context.params
+    data = context.data()  # the rows thub validated before the run (datasets and mixing applied)
+    dataset = Dataset.from_list(_sft_examples(data, params, plan, tokenizer))
     if plan["data"]["validation_split"]:
         split = dataset.train_test_split(test_size=plan["data"]["validation_split"], seed=params["seed"])
         return split["train"], split["test"]
+    held_out = validation_data(params) if plan["data"].get("validation_data_path") else None
+    if held_out is not None:
+        examples = _sft_examples(held_out, params, plan, tokenizer)
+        if not examples:
+            from thub.backend import UsageError
+
+            raise UsageError(f"validation_data_path {params['validation_data_path']}: no example left to evaluate "
+                             "on after tokenizing (see the lines above)")
+        return dataset, Dataset.from_list(examples)
     return dataset, None
 
 

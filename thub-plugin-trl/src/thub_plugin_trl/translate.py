@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from thub.backend import UsageError, cuda_visible, optional_training_args, report_settings, split_batch, world_size
+from thub.backend import (
+    UsageError,
+    cuda_visible,
+    optional_training_args,
+    report_settings,
+    split_batch,
+    validation_training_args,
+    world_size,
+)
 
 _BASE = frozenset({
     "num_epochs", "max_steps", "learning_rate", "seed", "save_steps", "checkpoint_at_epoch", "save_total_limit",
@@ -21,7 +29,7 @@ _BASE = frozenset({
 })
 _SFT = _BASE | {
     "effective_batch_size", "max_seq_len", "unmask_messages", "overlong", "packing", "gradient_checkpointing",
-    "use_liger", "validation_split", "validation_frequency", "is_pretraining", "block_size",
+    "use_liger", "validation_split", "validation_data_path", "validation_frequency", "is_pretraining", "block_size",
 }
 _LORA = frozenset({
     "lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora",
@@ -182,8 +190,8 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             "packing": bool(params.get("packing")),
             "use_liger_kernel": bool(params.get("use_liger")),
         })
-        if params.get("validation_split"):
-            config.update({"eval_strategy": "steps", "eval_steps": params["validation_frequency"]})
+        # eval_strategy/eval_steps, and the best checkpoint by eval_loss kept by TRL's rotation
+        config.update(validation_training_args(params))
         if lora and params.get("save_merged"):
             # after final/: the base in 16 bits + the adapter, peft's merge_and_unload, save_pretrained
             plan["merged"] = {"dir": f"{params['ckpt_output_dir']}/merged", "from_adapter": "final",
@@ -193,6 +201,8 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else "assistant tokens",
             "overlong": params["overlong"],
             "validation_split": params.get("validation_split") or 0.0,
+            # a separate held-out file, tokenized as the training rows are (the runner's eval_dataset)
+            "validation_data_path": params.get("validation_data_path"),
         }})
     elif algorithm in ("dpo", "kto"):
         plan.update(_preference(algorithm, params, config, world))

@@ -52,12 +52,14 @@ class LabelPadCollator:
         return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
 
-def prepare_rows(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
-    """thub's data: chat with assistant-only labels (or all tokens), documents, or processed rows."""
+def prepare_rows(context: RunContext, plan: dict[str, Any], tokenizer: Any, data: Any = None) -> list[dict[str, Any]]:
+    """thub's data: chat with assistant-only labels (or all tokens), documents, or processed rows
+    (``data``: other validated rows prepared the same way, the held-out ones of validation_data_path)."""
     from thub.backend import pretraining_blocks, tokenize_chat
 
     params = context.params
-    data = context.data()  # the rows thub validated before the run
+    if data is None:
+        data = context.data()  # the rows thub validated before the run
     rows = data.rows
     if plan["data"]["mode"] == "pretraining":
         return pretraining_blocks(rows, tokenizer, params["block_size"])
@@ -79,6 +81,15 @@ def _datasets(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> tupl
     if plan["data"]["validation_split"]:
         split = dataset.train_test_split(test_size=plan["data"]["validation_split"], seed=params["seed"])
         return split["train"], split["test"]
+    if plan["data"].get("validation_data_path"):
+        from thub.backend import validation_data
+
+        held_out = prepare_rows(context, plan, tokenizer, validation_data(params))
+        if not held_out:
+            from thub.backend import UsageError
+
+            raise UsageError(f"validation_data_path {params['validation_data_path']}: no example left to evaluate on")
+        return dataset, Dataset.from_list(held_out)
     return dataset, None
 
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from thub.backend import UsageError, cuda_visible, optional_training_args, report_settings, split_batch
+from thub.backend import (
+    UsageError,
+    cuda_visible,
+    optional_training_args,
+    report_settings,
+    split_batch,
+    validation_training_args,
+)
 
 BACKEND = "unsloth"
 
@@ -24,7 +31,7 @@ _HONOURED = frozenset({
     "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",
     "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name",
     # data
-    "unmask_messages", "validation_split", "validation_frequency",
+    "unmask_messages", "validation_split", "validation_data_path", "validation_frequency",
     "is_pretraining", "block_size",
     # LoRA / QLoRA (bnb_4bit_* are not honoured: unsloth builds its own 4-bit config)
     "lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora",
@@ -85,8 +92,8 @@ def _config(params: dict[str, Any], gpu: bool) -> dict[str, Any]:
         else "no",
     }
     config.update(optional_training_args(params))
-    if params.get("validation_split"):
-        config.update({"eval_strategy": "steps", "eval_steps": params["validation_frequency"]})
+    # eval_strategy/eval_steps, and the best checkpoint by eval_loss kept by TRL's rotation
+    config.update(validation_training_args(params))
     report_to, _env, extra = report_settings(params)
     config["report_to"] = report_to
     config.update(extra)
@@ -137,6 +144,8 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             # Training Hub renders the chat to text and trains on the whole sequence, prompt included
             "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else "assistant tokens",
             "validation_split": params.get("validation_split") or 0.0,
+            # a separate held-out file, prepared as the training rows are (the runner's eval_dataset)
+            "validation_data_path": params.get("validation_data_path"),
         },
         "environment": report_settings(params)[1],
         "save_final_checkpoint": params["save_final_checkpoint"],  # the runner saves final/ when true
