@@ -225,3 +225,26 @@ def test_export_runs_as_a_cpu_job_after_training(slurm_env: dict[str, str], tiny
     assert result["status"] == "succeeded" and result["export"]["ok"] is True, result.get("export")
     assert result["export"]["action"] == "merge" and (hf / "model.safetensors").is_file()
     assert "verified" in (out / "logs" / f"slurm-export-{job_ids[1]}.out").read_text()
+
+
+def test_runs_wait_waits_for_the_export_job_and_reports_its_failure(slurm_env: dict[str, str], tiny_model: Path,
+                                                                    demo_data: Path, tmp_path: Path) -> None:
+    """``thub runs wait`` on a run submitted with --export returns once the export job has written
+    its outcome (not when training succeeded) and exits 1 when the export failed (here: its folder
+    was filled after submission, so the export job refuses to write into it)."""
+    out, hf = tmp_path / "run", tmp_path / "hf"
+    done = thub("train", "sft", "--backend", "trl", "--model-path", str(tiny_model), "--data-path",
+                str(demo_data / "chat.jsonl"), "--ckpt-output-dir", str(out), "--launcher", "slurm", "--max-steps",
+                "1", "--effective-batch-size", "2", "--export", str(hf), "--json", env=slurm_env)
+    assert done.returncode == 0, done.stderr
+    hf.mkdir()
+    (hf / "someone-elses.txt").write_text("x")  # before the export job can start: training runs first
+    waited = thub("runs", "wait", str(out), "--timeout", "1200", "--json", env=slurm_env, timeout=1300)
+    status = json.loads(waited.stdout)
+    assert waited.returncode == 1, (waited.returncode, status, waited.stderr)
+    assert status["status"] == "succeeded"  # training did; the export did not
+    export = status["export"]
+    assert export["outcome"]["ok"] is False and "already exists and is not an empty folder" in \
+        export["outcome"]["error"], export
+    assert export["job_id"] == json.loads(done.stdout)["job_ids"][-1]
+    assert "export FAILED" in thub("runs", "wait", str(out), env=slurm_env).stderr

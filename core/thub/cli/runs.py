@@ -66,10 +66,53 @@ def status_data(run_dir: str) -> dict[str, Any]:
         states = [jobs.get(j, {}).get("state", "") for j in job_ids]
         live = [s for s in states if s and s not in _ENDED]
         status = "running" if "RUNNING" in live else "queued" if live else "ended"
+    listed = [{"job_id": j, **jobs.get(j, {"state": "UNKNOWN"})} for j in job_ids]
     return {"run_dir": str(directory.path), "algorithm": record.get("algorithm"), "backend": record.get("backend"),
             "launcher": launch.get("launcher", "local"), "cluster": launch.get("cluster"), "status": status,
-            "jobs": [{"job_id": j, **jobs.get(j, {"state": "UNKNOWN"})} for j in job_ids],
-            "progress": _progress(directory), "result": result, "trackers": _trackers(directory)}
+            "jobs": listed, "progress": _progress(directory), "result": result, "trackers": _trackers(directory),
+            "export": _export_step(record, result, listed)}
+
+
+def _export_step(record: dict[str, Any], result: dict[str, Any] | None,
+                 jobs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's export step (``--export DIR``), None without one: its folder, its SLURM job (the
+    last of the chain, :func:`thub.launch.slurm.sbatch_commands`) and state, and its outcome
+    (``result.json``'s ``export``; None until the step has written it)."""
+    path = ((record.get("parameters") or {}).get("export") or {}).get("value")
+    if not path:
+        return None
+    job = jobs[-1] if jobs else {}
+    return {"path": path, "job_id": job.get("job_id"), "state": job.get("state"),
+            "outcome": (result or {}).get("export")}
+
+
+def _ended(data: dict[str, Any]) -> bool:
+    """Whether ``thub runs wait`` is done: the run's jobs have ended (or it has a result and nothing
+    runs any more), and a SLURM export step has written its outcome or its job ended without one
+    (cancelled because training did not succeed, or killed)."""
+    jobs, export = data["jobs"], data["export"]
+    if export and export["job_id"]:
+        return export["outcome"] is not None or export["state"] in _ENDED
+    if jobs and all(j.get("state") in _ENDED for j in jobs):
+        return True
+    if not jobs:
+        return bool(data["result"])
+    # succeeded: the restarts chained after it find the run finished; no need to wait for them to start
+    return data["status"] == "succeeded" and not any(j.get("state") in ("RUNNING", "COMPLETING") for j in jobs)
+
+
+def _export_line(export: dict[str, Any], status: str) -> str:
+    """The export step's outcome in one line (what ``thub train`` prints after the step)."""
+    from thub.checkpoint.export import describe
+
+    if export["outcome"] is not None:
+        return describe(export["outcome"])
+    if status != "succeeded":
+        return f"export: not run: the run's status is {status}"
+    if export["job_id"]:
+        return (f"export FAILED: {export['path']}: the export job {export['job_id']} ended {export['state']} without "
+                f"an outcome (see logs/slurm-export-{export['job_id']}.out)")
+    return f"export FAILED: {export['path']}: result.json has no export outcome (the run may still be exporting)"
 
 
 def _trackers(directory: Any) -> dict[str, Any]:
@@ -117,6 +160,12 @@ def status(run_dir: str, as_json: bool) -> None:
         out.print(f"tracker: {describe(name, info)}", markup=False, highlight=False)
     if data["result"] and data["result"].get("error"):
         out.print(f"[red]error:[/red] {data['result']['error']}", highlight=False)
+    export = data["export"]
+    if export is not None:
+        pending = export["outcome"] is None and not (export["job_id"] and export["state"] in _ENDED)
+        where = f" (job {export['job_id']}: {export['state']})" if export["job_id"] else ""
+        out.print(f"export: {export['path']}: not done yet{where}" if pending else
+                  _export_line(export, data["status"]), markup=False, highlight=False)
 
 
 @runs.command()
@@ -160,21 +209,24 @@ def cancel(run_dir: str, dry_run: bool) -> None:
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds (exit 124).")
 @click.option("--json", "as_json", is_flag=True, help="Print the final status as JSON.")
 def wait(run_dir: str, timeout: float | None, as_json: bool) -> None:
-    """Wait until the run's jobs have ended; exit 0 only if the run succeeded."""
+    """Wait until the run's jobs, and its export step (``--export``), have ended; exit 0 only if the
+    run succeeded and, where it has one, its export did too."""
     started = time.time()
     while True:
         data = status_data(run_dir)
-        ended = data["jobs"] and all(j.get("state") in _ENDED for j in data["jobs"])
-        if ended or (not data["jobs"] and data["result"]) or data["status"] == "succeeded" and not any(
-                j.get("state") in ("RUNNING", "COMPLETING") for j in data["jobs"]):
+        if _ended(data):
             break
         if timeout is not None and time.time() - started > timeout:
             if as_json:
                 emit_json(data)
             sys.exit(124)
         time.sleep(1.0)
+    export = data["export"]
+    ok = data["status"] == "succeeded" and (export is None or bool((export["outcome"] or {}).get("ok")))
     if as_json:
         emit_json(data)
     else:
         console().print(f"{data['run_dir']}: {data['status']}", highlight=False)
-    sys.exit(0 if data["status"] == "succeeded" else 1)
+        if export is not None:
+            console().print(_export_line(export, data["status"]), markup=False, highlight=False)
+    sys.exit(0 if ok else 1)
