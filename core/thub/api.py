@@ -130,3 +130,30 @@ def grpo(*args: Any, **kwargs: Any) -> dict[str, Any]:
 def lora_grpo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     """``train("lora_grpo", ...)``: GRPO on LoRA adapters (Training Hub's ``lora_grpo`` arguments)."""
     return _training_hub_call("lora_grpo", args, kwargs)
+
+
+def evaluate_model(model_or_run: str | Path, tasks: str | list[str], *, base: bool = False,
+                   checkpoints: str = "final", evaluator: str | None = None, limit: int | None = None,
+                   batch_size: int = 1, device: str | None = None, options: dict[str, Any] | None = None,
+                   allow_template_change: bool = False, out: str | Path | None = None, dry_run: bool = False,
+                   progress: bool = True) -> dict[str, Any]:
+    """``thub eval``: score a run's models (``final``; every checkpoint with ``checkpoints="all"``;
+    result.json's best with ``"best"``; the base with ``base=True``) or a model folder on ``tasks``
+    (harness task names or local task files), each served as trained (docs/eval.md).
+
+    A run's results are filed in ``RUN_DIR/eval/<task>.json`` and summarised in its
+    ``result.json`` (``eval``); a model folder's go to ``out`` (without it they are only
+    returned). Returns ``{"results": {task: document}, "summary", "written"}``; with
+    ``dry_run=True`` the resolved plan (models, tasks, settings), nothing loaded. Bad input raises
+    :class:`thub.errors.UsageError`; ``progress=False`` prints nothing on stderr.
+    """
+    import sys
+
+    from thub.evaluate.run import execute, plan
+
+    eval_plan = plan(model_or_run, tasks, base=base, checkpoints=checkpoints, evaluator=evaluator, limit=limit,
+                     batch_size=batch_size, device=device, options=options,
+                     allow_template_change=allow_template_change, out=out, print_only=True)
+    if dry_run:
+        return eval_plan.as_dict()
+    return execute(eval_plan, say=(lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None))

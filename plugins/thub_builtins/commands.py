@@ -42,6 +42,10 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("envs", "thub.cli.install:envs", "Managed environments: list, show, remove, export a lock."),
     CommandSpec("checkpoint", "thub.cli.checkpoint:checkpoint",
                 "After training: list checkpoints of every layout, consolidate, merge an adapter, verify a model."),
+    CommandSpec("eval", "thub.cli.eval:eval_command",
+                "Score a run's models (final, checkpoints, base) or a model folder on tasks: thub eval RUN --tasks T."),
+    CommandSpec("evaluators", "thub.cli.eval:evaluators",
+                "List evaluators (evaluation harnesses), whether each can run here and how to install it."),
     CommandSpec("clusters", "thub.cli.clusters:clusters",
                 "List cluster profiles and where each came from; exit 2 if a profile file is invalid."),
 )

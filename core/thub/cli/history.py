@@ -1,4 +1,4 @@
-"""Run history commands: ``list [DIR]``, ``show RUN``, ``diff RUN_A RUN_B``.
+"""Run history commands: ``list [DIR]``, ``show RUN``, ``diff RUN_A RUN_B``, ``compare RUN_A RUN_B`` (eval results).
 
 Exposed as the group ``history`` (register ``"history": "thub.cli.history:history"``); the
 same commands can be attached to ``thub runs`` with ``runs.add_command(list_runs)`` etc.
@@ -91,6 +91,19 @@ def show_run(run: str, as_json: bool) -> None:
 
     for name, info in data["trackers"].items():
         out.print(f"tracker: {describe(name, info)}", markup=False)
+    _eval_tables(data.get("eval"))
+
+
+def _eval_tables(summary: dict[str, object] | None) -> None:
+    """One table per evaluated task: each model's metrics and the tuned-minus-base difference."""
+    from thub.evaluate.results import table_rows
+
+    tasks = (summary or {}).get("tasks") or {}
+    for task, data in tasks.items():  # type: ignore[attr-defined]
+        models = {label: {**entry, "higher_is_better": data.get("higher_is_better") or {}}
+                  for label, entry in (data.get("models") or {}).items()}
+        columns, rows = table_rows({"models": models})
+        table(f"eval {task}", columns, rows)
 
 
 @click.command("diff", context_settings={"help_option_names": ["-h", "--help"]})
@@ -115,6 +128,36 @@ def diff_runs(run_a: str, run_b: str, as_json: bool) -> None:
     table(None, ["", run_a, run_b], rows)
 
 
+@click.command("compare", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("run_a", type=click.Path(file_okay=False))
+@click.argument("run_b", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON on stdout.")
+def compare_runs(run_a: str, run_b: str, as_json: bool) -> None:
+    """Two runs' thub eval results side by side: per task and metric, each one's base, tuned and delta."""
+    from thub.evaluate.results import comparison, verdict
+    from thub.insight.history import summarise
+
+    for run in (run_a, run_b):
+        summarise(run)  # not a run: a clear error
+    data = comparison(run_a, run_b)
+    if as_json:
+        emit_json({"schema_version": 1, **data})
+        return
+    if not data["rows"]:
+        console().print("neither run has eval results (`thub eval RUN --base --tasks ...`)")
+        return
+
+    def delta(side: dict[str, object], higher: bool | None) -> str:
+        value = side.get("delta")
+        return "-" if not isinstance(value, float) else f"{value:+.4g} {verdict(value, higher)}".rstrip()
+
+    rows = [[r["task"], r["metric"], *(cell for side in ("a", "b") for cell in (
+        _value(r[side]["base"]), _value(r[side]["tuned"]), delta(r[side], r["higher_is_better"])))]
+        for r in data["rows"]]
+    table(None, ["task", "metric", "A base", "A tuned", "A delta", "B base", "B tuned", "B delta"], rows)
+    console().print(f"A: {run_a}\nB: {run_b}", markup=False)
+
+
 class _HistoryGroup(click.Group):
     """Shows a thub error as ``Error: ...`` with its exit code also when invoked on its own."""
 
@@ -136,3 +179,4 @@ def history() -> None:
 history.add_command(list_runs)
 history.add_command(show_run)
 history.add_command(diff_runs)
+history.add_command(compare_runs)

@@ -22,6 +22,8 @@ def _fmt(value: float | None) -> str:
 @click.option("--metric", "-m", default=None,
               help="loss, reward, eval_loss, learning_rate, grad_norm or any key in the metrics "
                    "(default: loss; reward for GRPO runs).")
+@click.option("--eval", "eval_metric", default=None, metavar="[TASK:]METRIC",
+              help="Plot a thub eval metric (RUN_DIR/eval/) per checkpoint step instead of a training metric.")
 @click.option("--x", "x_axis", type=click.Choice(["step", "tokens", "time"]), default="step", show_default=True,
               help="x-axis: optimizer step, tokens seen, or seconds since the first line.")
 @click.option("--ema", "ema_alpha", type=float, default=None, metavar="A",
@@ -33,21 +35,31 @@ def _fmt(value: float | None) -> str:
 @click.option("--title", default=None, help="Plot title.")
 @click.option("--ascii", "ascii_plot", is_flag=True, help="Draw a sparkline per run in the terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-run summary (and points) as JSON on stdout.")
-def plot(run_dirs: tuple[str, ...], metric: str | None, x_axis: str, ema_alpha: float | None,
+def plot(run_dirs: tuple[str, ...], metric: str | None, eval_metric: str | None, x_axis: str, ema_alpha: float | None,
          labels: tuple[str, ...], output: str | None, title: str | None, ascii_plot: bool, as_json: bool) -> None:
     """\b
     Examples:
       thub plot runs/demo-sft                         summary of the loss curve
       thub plot runs/a runs/b --ema 0.2 -o loss.png   two runs overlaid, smoothed
       thub plot runs/demo-grpo --metric reward --ascii
+      thub plot runs/demo-sft --eval arith:acc        a thub eval metric per checkpoint
 
     Reads thub's training_metrics.jsonl, or for runs made outside thub TRL's trainer_state.json and
     mini-trainer / instructlab metric files. Docs: docs/plot.md
     """
-    from thub.insight.plotting import load_series, sparkline, write_image
+    from thub.insight.plotting import ema, load_eval_series, load_series, sparkline, write_image
 
-    series = load_series(list(run_dirs), metric=metric, x_axis=x_axis, labels=list(labels) or None,
-                         ema_alpha=ema_alpha)
+    if eval_metric:
+        from thub.errors import UsageError
+
+        if metric or x_axis != "step":
+            raise UsageError("--eval plots an eval metric by step: it takes no --metric or --x")
+        series = load_eval_series(list(run_dirs), eval_metric, labels=list(labels) or None)
+        for s in series:
+            s.smoothed = ema(s.ys, ema_alpha) if ema_alpha is not None else None
+    else:
+        series = load_series(list(run_dirs), metric=metric, x_axis=x_axis, labels=list(labels) or None,
+                             ema_alpha=ema_alpha)
     for s in series:
         for warning in s.warnings:
             click.echo(f"warning: {warning}", err=True)

@@ -156,7 +156,15 @@ def show(run: str | Path) -> dict[str, Any]:
         "resume_from": record.get("resume_from"),
         "result": _read(run / "result.json"),
         "checkpoints": checkpoints,
+        "eval": _eval(run),
     })
+
+
+def _eval(run: Path) -> dict[str, Any] | None:
+    """The run's ``thub eval`` summary (base vs tuned per task), None when never evaluated."""
+    from thub.evaluate.results import run_summary
+
+    return run_summary(run)
 
 
 def diff(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:

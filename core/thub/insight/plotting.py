@@ -52,9 +52,14 @@ class Series:
     #: what was left out of the file and why ("loss is not a finite number at step 2; skipped"):
     #: printed on stderr whatever the output
     warnings: list[str] = field(default_factory=list)
+    #: whether larger is better (an eval metric says; None: guessed from the name)
+    higher_is_better: bool | None = None
 
     def summary(self) -> dict[str, Any]:
-        best = max(self.ys) if "reward" in self.metric or "accuracy" in self.metric else min(self.ys)
+        higher = self.higher_is_better
+        if higher is None:
+            higher = "reward" in self.metric or "accuracy" in self.metric
+        best = max(self.ys) if higher else min(self.ys)
         return {
             "label": self.label, "run_dir": self.run_dir, "source": self.source, "metric": self.metric,
             "key": self.key, "x_axis": self.x_axis, "points": len(self.ys),
@@ -237,6 +242,50 @@ def load_series(paths: list[str], *, metric: str | None = None, x_axis: str = "s
         if ema_alpha is not None:
             item.smoothed = ema(ys, ema_alpha)
         series.append(item)
+    return series
+
+
+def load_eval_series(paths: list[str], spec: str, labels: list[str] | None = None) -> list[Series]:
+    """``thub plot --eval [TASK:]METRIC``: one :class:`Series` per run and task of ``thub eval``
+    results (``RUN_DIR/eval/<task>.json``), the metric against the step each model was saved at
+    (the base at 0; the final model at the run's last step). Without TASK: every task that has it."""
+    from thub.evaluate.results import label_order, read_all
+
+    task, _, metric = spec.rpartition(":")
+    if not metric:
+        raise UsageError(f"--eval {spec!r}: expected METRIC or TASK:METRIC")
+    if labels and len(labels) != len(paths):
+        raise UsageError(f"{len(labels)} --label value(s) for {len(paths)} run(s): give one per run or none")
+    series = []
+    for index, path in enumerate(paths):
+        documents = read_all(Path(path) / "eval")
+        if not documents:
+            raise UsageError(f"{path}: no eval results (RUN_DIR/eval/*.json); run `thub eval {path} --tasks ...`")
+        chosen = [task] if task else [name for name, doc in documents.items()
+                                      if any(metric in (m.get("metrics") or {}) for m in doc["models"].values())]
+        if task and task not in documents:
+            raise UsageError(f"{path}: no eval results for task {task!r}; evaluated: {', '.join(documents)}")
+        if not chosen:
+            raise UsageError(f"{path}: no evaluated task has a {metric!r} metric")
+        for name in chosen:
+            models = documents[name]["models"]
+            points: dict[float, float] = {}
+            higher = None
+            for label, entry in sorted(models.items(), key=lambda kv: label_order(kv[0], kv[1].get("step"))):
+                value = _number((entry.get("metrics") or {}).get(metric))
+                step = 0 if label == "base" else entry.get("step")
+                if value is None or not isinstance(step, int):
+                    continue
+                points[float(step)] = value  # the final model saved at a checkpoint's step: the later label
+                higher = (entry.get("higher_is_better") or {}).get(metric, higher)
+            if not points:
+                raise UsageError(f"{path}: task {name!r} has no {metric!r} value of a model with a known step")
+            base = labels[index] if labels else default_label(path)
+            xs = sorted(points)
+            source = str(Path(path) / "eval" / f"{name}.json")
+            series.append(Series(f"{base} {name}", str(path), source, metric, metric, "step", xs,
+                                 [points[x] for x in xs], notes=["eval: the base model is drawn at step 0"]
+                                 if "base" in models else [], higher_is_better=higher))
     return series
 
 
