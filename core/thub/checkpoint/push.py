@@ -10,7 +10,8 @@ Targets (:func:`parse_target`):
   ``upload_large_folder``). The token is huggingface_hub's (``HF_TOKEN``, ``hf auth login``).
 - ``mlflow://MODEL_NAME[?tracking_uri=URI&registry_uri=URI&experiment=NAME]``: a new version of
   MODEL_NAME in MLflow's model registry: an MLflow run (experiment ``thub-push`` unless named)
-  carrying the thub run's parameters and final metrics, the folder logged as its ``model``
+  carrying the thub run's parameters (``thub.<name>``, as thub's trackers log them) and final
+  metrics, the folder logged as its ``model``
   artifact, and ``create_model_version`` on it. The tracking URI is the query's, else
   ``MLFLOW_TRACKING_URI``, else the run's ``mlflow_tracking_uri`` parameter (never ``./mlruns``).
 - ``s3://BUCKET/PREFIX``, ``gs://BUCKET/PREFIX``, ``file:///PATH``: fsspec (s3fs, gcsfs);
@@ -292,7 +293,7 @@ def _tracking_uri(target: Target, run_dir: Path | None) -> str:
 
 def _push_mlflow(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, Any]:
     from mlflow import MlflowClient
-    from mlflow.entities import Metric, Param
+    from mlflow.entities import Metric
     from mlflow.exceptions import MlflowException
 
     from thub.trackers.sink import ensure_experiment
@@ -309,9 +310,12 @@ def _push_mlflow(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, An
                                   "thub.backend": facts.get("backend") or ""})
     run_id = run.info.run_id
     try:
-        params = [Param(p["name"], str(p["value"])[:6000]) for p in facts["parameters"]]
-        for start in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
-            client.log_batch(run_id, params=params[start:start + 100])
+        if run_dir is not None:  # the run's parameters as thub's trackers log them (thub.<name>, with sources)
+            from thub.runner.rundir import read_json
+            from thub.trackers import run_metadata
+            from thub.trackers.sink import log_metadata_mlflow
+
+            log_metadata_mlflow(client, run_id, run_metadata(read_json(run_dir / "thub_run.json") or {}))
         now = int(time.time() * 1000)
         step = int((facts.get("final_metrics") or {}).get("step") or 0)
         metrics = [Metric(k, float(v), now, step) for k, v in (facts.get("final_metrics") or {}).items()
