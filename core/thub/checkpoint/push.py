@@ -361,7 +361,8 @@ def _push_fsspec(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, An
         raise UsageError(f"--to {target.shown}: already holds files; push to a new or empty path")
     folder = Path(plan["source"])
     for f in plan["files"]:
-        fs.makedirs(f"{root}/{Path(f['path']).parent.as_posix()}".rstrip("/."), exist_ok=True)
+        parent = Path(f["path"]).parent.as_posix()
+        fs.makedirs(root if parent == "." else f"{root}/{parent}", exist_ok=True)
         fs.put_file(str(folder / f["path"]), f"{root}/{f['path']}")
     for name in sorted(extras, key=lambda n: n == "README.md"):  # the card last: the push is whole when it is there
         fs.pipe_file(f"{root}/{name}", extras[name])
