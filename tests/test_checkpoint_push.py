@@ -147,20 +147,25 @@ def test_secret_looking_files_are_left_out_and_named(trained: tuple[Path, Path],
     (folder / "endpoint.txt").write_text("https://alice:s3cr3tpw@models.example.com/v1\n")
     (folder / "leaked.json").write_text(json.dumps({"note": "the run's secret", "value": "value-of-my-secret-var"}))
     (folder / "about.txt").write_text("a tiny model: pad_token <pad>, max_tokens 128\n")  # not a secret
+    (folder / "docs").mkdir()
+    (folder / "docs" / "usage.md").write_text("Load it with AutoModelForCausalLM.\n")  # a subfolder is sent
+    (folder / ".cache" / "huggingface").mkdir(parents=True)
+    (folder / ".cache" / "huggingface" / "upload.lock").write_text("tool state")  # a hidden folder is not
     plan = _plan(folder, (tmp_path / "out").as_uri(), "--run", str(run), MY_SERVICE_TOKEN="value-of-my-secret-var")
     skipped = {s["path"]: s["why"] for s in plan["skipped"]}
     assert skipped[".env"].startswith("looks like a secret: a credentials file")
     assert "access token" in skipped["notes.txt"] and "api_key" in skipped["deploy.yaml"]
     assert "URI credentials" in skipped["endpoint.txt"]
     assert "secret environment variable" in skipped["leaked.json"]
-    assert "about.txt" in _listed(plan)
+    assert {"about.txt", "docs/usage.md"} <= _listed(plan) and not [p for p in _listed(plan) if ".cache" in p]
     done = thub("checkpoint", "push", str(folder), "--to", (tmp_path / "out").as_uri(), "--run", str(run),
                 MY_SERVICE_TOKEN="value-of-my-secret-var")
     assert done.returncode == 0, done.stdout + done.stderr
     for secret in (token, "k3y9ZZ81abcdef", "s3cr3tpw", "value-of-my-secret-var"):
         assert secret not in done.stdout + done.stderr
     assert "left out notes.txt: looks like a secret" in done.stdout
-    pushed = {p.name for p in (tmp_path / "out").iterdir()}
+    out = tmp_path / "out"
+    pushed = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert pushed == _listed(plan) and not pushed & set(skipped)
 
 
