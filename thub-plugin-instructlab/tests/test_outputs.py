@@ -18,7 +18,7 @@ from thub_plugin_instructlab.outputs import (
 from thub_plugin_instructlab.runner import failure_message
 
 from thub.runner.context import RunContext
-from thub.runner.metrics import REQUIRED_FIELDS, MetricsTail, read_metrics
+from thub.runner.metrics import EVAL_FIELDS, REQUIRED_FIELDS, MetricsTail, read_metrics
 from thub.runner.rootcause import root_cause_from_file
 from thub.runner.rundir import RunDirectory
 
@@ -49,8 +49,14 @@ def test_expected_max_steps_matches_instructlab_loader() -> None:
 def test_conversion_of_a_realistic_metrics_file() -> None:
     lines = MetricsTail(METRICS).read()
     converter = MetricsConverter(max_steps=expected_max_steps(10, 4, 2), num_epochs=2)
-    out = [line for raw in lines if (line := converter.convert(raw)) is not None]
+    converted = [line for raw in lines if (line := converter.convert(raw)) is not None]
+    out = [line for line in converted if "loss" in line]
     assert [line["step"] for line in out] == [1, 2, 3, 4, 5, 6]
+    # instructlab's val_loss after step 3: an evaluation line of its own at that step (issue 28)
+    [evaluation] = [line for line in converted if "eval_loss" in line]
+    assert evaluation == {"step": 3, "max_steps": 6, "epoch": out[2]["epoch"], "eval_loss": 2.9,
+                          "eval_num_tokens": 120, "timestamp": evaluation["timestamp"]}
+    assert set(EVAL_FIELDS) <= set(evaluation) and converted.index(evaluation) == 3  # after step 3's line
     for line in out:
         assert set(REQUIRED_FIELDS) | {"loss"} <= set(line)
         assert line["max_steps"] == 6
@@ -60,7 +66,7 @@ def test_conversion_of_a_realistic_metrics_file() -> None:
     assert "grad_norm" not in first and out[1]["grad_norm"] == 1.5  # null gradnorm is left out
     assert first["samples_seen"] == 4 and first["samples_per_second"] == 12.5
     assert "avg_loss" not in first and "lr" not in first and "rank" not in first
-    assert out[3]["val_loss"] == 2.9 and "val_loss" not in out[2]  # joins the next training line
+    assert not any("val_loss" in line for line in out)
     assert len(converter.hparams) == 2
     assert converter.step_for_samples == {4: 1, 8: 2, 10: 3, 14: 4, 18: 5, 20: 6}
 
@@ -102,9 +108,12 @@ def test_follower_writes_thub_metrics_and_reports_checkpoints(tmp_path: Path) ->
         handle.write(text[cut:])
     follower.start()  # the thread polls; stop() makes a last pass
     follower.stop()
-    lines = read_metrics(context.run_dir.metrics)
+    written = read_metrics(context.run_dir.metrics)
+    lines = [line for line in written if "loss" in line]
     assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
-    assert all(line["max_steps"] == 6 and "loss" in line for line in lines)
+    assert all(line["max_steps"] == 6 for line in written)
+    # the validation after step 3: an evaluation line at step 3, after that step's training line
+    assert [(line["step"], "eval_loss" in line) for line in written][2:4] == [(3, False), (3, True)]
     events = [json.loads(raw) for raw in context.run_dir.events.read_text().splitlines()]
     assert [(Path(e["path"]).name, e["step"]) for e in events] == [("samples_8", 2)]
 

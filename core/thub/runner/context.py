@@ -32,8 +32,8 @@ class RunContext:
         retention: thub's own ``save_total_limit`` for a library that has none (the translation's
             ``retention`` section, :func:`thub.backend.thub_retention`): set it, and each
             :meth:`checkpoint` reported prunes the older ones (:mod:`thub.runner.retention`).
-        protected_checkpoints: paths retention never deletes; :meth:`checkpoint` adds the best
-            checkpoint by ``eval_loss`` (:meth:`best_checkpoint`) before it prunes.
+        protected_checkpoints: paths retention never deletes; :meth:`checkpoint` keeps the best
+            checkpoint by ``eval_loss`` so far (:meth:`best_checkpoint`) too.
 
     The data comes from one entry: :meth:`data` / :meth:`rows` for the rows, :meth:`prepare` for
     thub's tokenized file. Never read ``params["data_path"]`` yourself: the parent already
@@ -92,11 +92,11 @@ class RunContext:
         if self.retention:
             from thub.runner.retention import prune
 
+            protect = {*self.protected_checkpoints, str(self.run_dir.path / "final")}
             best = self.best_checkpoint()
-            if best is not None:  # the lowest eval_loss so far: never pruned (issue 28)
-                self.protected_checkpoints.add(best["path"])
-            prune(path, int(self.retention["save_total_limit"]), root=self.run_dir.path,
-                  protect={*self.protected_checkpoints, str(self.run_dir.path / "final")})
+            if best is not None:  # the lowest eval_loss so far (an earlier best is pruned as any other)
+                protect.add(best["path"])
+            prune(path, int(self.retention["save_total_limit"]), root=self.run_dir.path, protect=protect)
 
     def best_checkpoint(self) -> dict[str, Any] | None:
         """The best checkpoint reported so far (the lowest ``eval_loss`` at a checkpoint's step,

@@ -68,11 +68,14 @@ class MetricsWriter:
         return line
 
     def log_eval(self, step: int, eval_loss: float, *, epoch: float | None, max_steps: int | None = None,
-                 **extra: Any) -> dict[str, Any]:
-        """Write the evaluation line of ``step`` (:data:`EVAL_FIELDS`); ``extra`` are the library's
-        other evaluation numbers, each written as ``eval_<name>`` (a name already so prefixed as it is)."""
+                 timestamp: float | None = None, **extra: Any) -> dict[str, Any]:
+        """Write the evaluation line of ``step`` (:data:`EVAL_FIELDS`; ``timestamp`` unset: now);
+        ``extra`` are the library's other evaluation numbers, each written as ``eval_<name>`` (a
+        name already so prefixed as it is)."""
         values = {name if name.startswith("eval_") else f"eval_{name}": value for name, value in extra.items()
                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
+        if timestamp is not None:
+            values["timestamp"] = timestamp
         return self.log(step, max_steps=max_steps if max_steps is not None else self.max_steps, epoch=epoch,
                         eval_loss=float(eval_loss), **values)
 

@@ -69,29 +69,29 @@ class MetricsConverter:
         self.max_steps = max_steps
         self.num_epochs = num_epochs
         self.hparams: list[dict[str, Any]] = []
-        self.pending_validation: dict[str, Any] = {}
         self.step_for_samples: dict[int, int] = {}
         self.last: dict[str, Any] | None = None
         self._offset: int | None = None  # of this attempt's step numbers; None until its first step
-        self._held: dict[int, dict[str, Any]] = {}  # earlier attempts' lines, by step
+        # earlier attempts' lines, by (step, is an evaluation line): a step's training line comes first
+        self._held: dict[tuple[int, bool], dict[str, Any]] = {}
 
     def replay(self, raw: dict[str, Any]) -> None:
         """An earlier attempt's line: converted and held; a later attempt's steps replace it."""
         line = self.convert(raw)
         if line is not None:
-            self._held[line["step"]] = line
+            self._held[(line["step"], "eval_loss" in line)] = line
 
     def release(self, before: int | None = None) -> list[dict[str, Any]]:
         """The held lines of steps before ``before`` (all of them when None), oldest first; the
         others are dropped (this attempt redoes them)."""
         held, self._held = self._held, {}
-        return [held[step] for step in sorted(held) if before is None or step < before]
+        return [held[key] for key in sorted(held) if before is None or key[0] < before]
 
     def convert(self, raw: dict[str, Any]) -> dict[str, Any] | None:
         if "avg_loss" not in raw:
-            if any(key.startswith("val_") for key in raw):
-                self.pending_validation.update({k: v for k, v in raw.items() if k.startswith("val_")})
-            elif "step" not in raw:
+            if isinstance(raw.get("val_loss"), (int, float)) and isinstance(raw.get("step"), int):
+                return self._evaluation(raw)
+            if "step" not in raw:
                 self.hparams.append(raw)
                 self._offset = None  # a new attempt starts with its hparams
                 if isinstance(raw.get("num_batches"), int):
@@ -105,21 +105,35 @@ class MetricsConverter:
             first = epoch * per_epoch + 1 if isinstance(epoch, int) and isinstance(per_epoch, int) else step
             self._offset = max(0, first - step)
             # a later attempt redoes its steps: drop the held lines from its first step on
-            self._held = {s: line for s, line in self._held.items() if s < step + self._offset}
+            self._held = {key: line for key, line in self._held.items() if key[0] < step + self._offset}
         step += self._offset
         line: dict[str, Any] = {"step": step, "max_steps": self.max_steps, "epoch": raw.get("epoch")}
         for key, value in raw.items():
             if key in _DROP or not isinstance(value, (int, float)) or isinstance(value, bool):
                 continue
             line[_RENAMES.get(key, key)] = value
-        line.update(self.pending_validation)
-        self.pending_validation = {}
         timestamp = _timestamp(raw.get("timestamp"))
         if timestamp is not None:
             line["timestamp"] = timestamp
         if isinstance(raw.get("samples_seen"), int):
             self.step_for_samples[raw["samples_seen"]] = step
         self.last = line
+        return line
+
+    def _evaluation(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """instructlab's validation line (``val_loss`` after optimizer step ``step``) as thub's
+        evaluation line (``thub.backend.MetricsWriter.log_eval``'s fields: ``eval_loss`` at its step)."""
+        step = int(raw["step"]) + (self._offset or 0)
+        line: dict[str, Any] = {"step": step, "max_steps": self.max_steps,
+                                "epoch": self.last.get("epoch") if self.last else None,
+                                "eval_loss": float(raw["val_loss"])}
+        for key, value in raw.items():
+            if key.startswith("val_") and key != "val_loss" and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool):
+                line["eval_" + key.removeprefix("val_")] = value
+        timestamp = _timestamp(raw.get("timestamp"))
+        if timestamp is not None:
+            line["timestamp"] = timestamp
         return line
 
     def step_of_checkpoint(self, path: Path) -> int | None:

@@ -87,9 +87,18 @@ class MetricsConverter:
             self.max_steps = line["max_steps"]
             if raw.get("total_samples_accumulated") is not None:
                 self.samples_to_step[int(raw["total_samples_accumulated"])] = line["step"]
+            # mini-trainer puts a step's validation (val_loss, val_num_samples, ...) in its training
+            # line: thub's stream has it as an evaluation line of its own at that step (issue 28)
+            validation = {key: line.pop(key) for key in [k for k in line if k.startswith("val_")]}
             self.last = line
             if line["step"] % self.logging_steps == 0 or line["step"] == line["max_steps"]:
                 written.append(self.writer.log(**line))
+            if isinstance(validation.get("val_loss"), (int, float)):
+                extra = {"eval_" + key.removeprefix("val_"): value for key, value in validation.items()
+                         if key != "val_loss"}
+                written.append(self.writer.log_eval(line["step"], validation["val_loss"], epoch=line["epoch"],
+                                                    max_steps=line["max_steps"], timestamp=line["timestamp"],
+                                                    **extra))
         return written
 
 
