@@ -313,3 +313,23 @@ def test_a_model_folder_scores_into_out_and_the_api(evaluator: Any, tiny_model: 
     assert json.loads((tmp_path / "results" / "memorised.json").read_text())["models"]["model"] == score
     plan = thub.evaluate_model(str(tiny_model), tasks="memorised", dry_run=True)
     assert plan["models"][0]["label"] == "model" and plan["results"] is None
+
+
+def test_a_sharded_checkpoint_is_refused_naming_consolidate(evaluator: Any, thub_cli: Any, sft_run: Path,
+                                                           data: Path, tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+
+    run = _copy_run(sft_run, tmp_path)
+    sharded = run / "checkpoints" / "dcp-final"
+    dcp.save(load_file(str(run / "final" / "model.safetensors")), checkpoint_id=str(sharded))  # torch DCP layout
+    result = json.loads((run / "result.json").read_text())
+    result["final_checkpoint"] = str(sharded)
+    (run / "result.json").write_text(json.dumps(result))
+    done = thub_cli("eval", str(run), "--tasks", str(data / "memorised.jsonl"), "--dry-run")
+    assert done.exit_code == 2
+    message = " ".join(done.stderr.split())
+    assert "is a sharded checkpoint (torch-dcp)" in message
+    assert f"thub checkpoint consolidate {sharded} --out DIR" in message
+    folder = thub_cli("eval", str(sharded), "--tasks", str(data / "memorised.jsonl"), "--out", str(tmp_path / "o"))
+    assert folder.exit_code == 2 and "thub checkpoint consolidate" in folder.stderr
