@@ -255,7 +255,7 @@ def test_cli_string_flag_and_set_keep_hash_and_null(thub_cli, tmp_path: Path, de
     result = thub_cli("train", "sft", "--backend", "trl", "--dry-run", "--json", "--model-path", "m",
                       "--data-path", str(demo_data / "chat.jsonl"), "--ckpt-output-dir", "o",
                       "--set", f"ckpt_output_dir={out}",
-                      env={"THUB_WANDB_RUN_NAME": "null"})
+                      env={"THUB_WANDB_RUN_NAME": "null", "THUB_WANDB_PROJECT": "p"})  # a run name needs its project
     assert result.exit_code == 0, result.stderr
     params = result.json()["parameters"]
     assert params["ckpt_output_dir"]["value"] == out and params["wandb_run_name"]["value"] == "null"

@@ -56,9 +56,11 @@ def test_undeclared_checks_and_unread_parameters_fail() -> None:
         kit.test_checks_registered()
     with pytest.raises(AssertionError, match="honoured but never read by translate"):
         kit.test_translation_reads_exactly_the_honoured_parameters()
-    # trl reads wandb_entity only beside wandb_project (datasets, which core applies, is no example)
-    kit.samples = {**kit.samples, "sft": {**kit.samples["sft"], "wandb_entity": "e"}}
-    with pytest.raises(AssertionError, match=r"the sample sets \['wandb_entity'\], which the translation never"):
+    # trl reads bnb_4bit_quant_type only beside load_in_4bit (datasets, which core applies, is no example;
+    # wandb_entity without wandb_project is refused before any translation: thub.trackers.check_keys)
+    kit.samples = {**kit.samples, "lora_sft": {**kit.samples["lora_sft"], "bnb_4bit_quant_type": "nf4"}}
+    with pytest.raises(AssertionError, match=r"the sample sets \['bnb_4bit_quant_type'\], which the translation "
+                                             r"never"):
         kit.test_translation_for_samples()
 
 

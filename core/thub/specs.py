@@ -216,6 +216,11 @@ class BackendSpec(Registered):
             Pure Python importing only ``thub.backend`` (no training library); for a backend of
             a managed environment it runs in that environment's interpreter, as its
             translation does. The runner may call the same function. ``None``: no such check.
+        tracker_params_alone: tracker parameters this backend uses without the parameter that
+            turns their tracker on (ART: ``wandb_run_name`` is its model name, which names its
+            checkpoint folder). Any other ``wandb_entity``/``wandb_run_name`` without
+            ``wandb_project``, or ``mlflow_experiment_name``/``mlflow_run_name`` without
+            ``mlflow_tracking_uri``, changes nothing and is an error (:func:`thub.trackers.keyless`).
         requirements: distribution specifiers (PEP 508) the runner needs, checked from metadata.
         needs_cuda: True when the backend cannot train without an NVIDIA GPU.
         priority: higher wins when no ``--backend`` is given and several can run here.
@@ -241,6 +246,7 @@ class BackendSpec(Registered):
     runner: str
     translate: str | None = None
     check_rows: str | None = None
+    tracker_params_alone: frozenset[str] = frozenset()
     requirements: tuple[str, ...] = ()
     needs_cuda: bool = False
     priority: int = 0

@@ -53,7 +53,7 @@ def test_translation_builds_real_trl_configs(algorithm: str, tmp_path: Path) -> 
     from peft import LoraConfig
 
     plan = _plan(algorithm, ckpt_output_dir=str(tmp_path), warmup_steps=2, weight_decay=0.1, beta1=0.8,
-                 wandb_run_name="r1")
+                 wandb_project="p", wandb_run_name="r1")  # a run name needs its tracker
     config = getattr(trl, plan["config_class"])(**plan["config"])
     assert config.output_dir == f"{tmp_path}/checkpoints"
     assert (config.warmup_steps, config.weight_decay, config.adam_beta1, config.run_name) == (2, 0.1, 0.8, "r1")

@@ -46,8 +46,9 @@ def _plan(**params):
 def test_translation_builds_real_trl_config(tmp_path: Path) -> None:
     import trl
 
-    plan = _plan(ckpt_output_dir=str(tmp_path), warmup_steps=2, weight_decay=0.1, beta1=0.8, wandb_run_name="r1",
-                 effective_batch_size=32, save_steps=5, validation_split=0.1, validation_frequency=3)
+    plan = _plan(ckpt_output_dir=str(tmp_path), warmup_steps=2, weight_decay=0.1, beta1=0.8, wandb_project="p",
+                 wandb_run_name="r1", effective_batch_size=32, save_steps=5, validation_split=0.1,
+                 validation_frequency=3)
     config = trl.SFTConfig(**plan["config"])
     assert config.output_dir == f"{tmp_path}/checkpoints"
     assert (config.warmup_steps, config.weight_decay, config.adam_beta1, config.run_name) == (2, 0.1, 0.8, "r1")

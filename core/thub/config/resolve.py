@@ -263,6 +263,10 @@ def resolve(
 
     resolved = ResolvedConfig(spec, chosen, params, sources, reason, notes=notes)
     _check_honoured(registry, resolved, allow_ignored)
+    from thub.trackers import check_keys
+
+    # a tracker's run name, entity or experiment without the key that turns it on changes nothing
+    check_keys(resolved, list(registry.backends.values()), allow_ignored)
     return resolved
 
 

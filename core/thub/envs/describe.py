@@ -51,6 +51,7 @@ def describe() -> dict[str, Any]:
             "algorithms": {alg: sorted(params) for alg, params in spec.algorithms.items()},
             "runner": spec.runner,
             "check_rows": spec.check_rows,
+            "tracker_params_alone": sorted(spec.tracker_params_alone),
             "requirements": list(spec.requirements),
             "installed": installed,
             "library": {"name": library, "version": installed.get(library) if library else None},

@@ -76,6 +76,7 @@ def backend_spec(entry: dict[str, Any], python: str) -> BackendSpec:
         algorithms={alg: frozenset(params) for alg, params in entry.get("algorithms", {}).items()},
         runner=entry["runner"],
         check_rows=entry.get("check_rows"),  # run through the environment's interpreter (Registry.check_rows)
+        tracker_params_alone=frozenset(entry.get("tracker_params_alone") or ()),
         requirements=(),  # satisfied in the managed environment; kept in the manifest
         needs_cuda=bool(entry.get("needs_cuda", False)),
         priority=int(entry.get("priority", 0)),

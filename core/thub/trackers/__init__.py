@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from thub.config.resolve import ResolvedConfig
     from thub.specs import BackendSpec
 
 RECORD_FILE = "trackers.json"
@@ -62,6 +63,39 @@ TRACKER_PARAMS: frozenset[str] = frozenset(p for t in TRACKERS for p in t.params
 def enabled(params: Mapping[str, Any]) -> list[Tracker]:
     """The trackers a run's parameters turn on (their ``key`` parameter is set)."""
     return [t for t in TRACKERS if params.get(t.key)]
+
+
+def keyless(asked: set[str], params: Mapping[str, Any], backend: BackendSpec) -> list[tuple[str, Tracker]]:
+    """The secondary tracker parameters the user set (``asked``) whose tracker is off (its ``key``
+    unset), each with its tracker: they would change nothing (an error, :func:`check_keys`), unless
+    the backend uses them alone (``BackendSpec.tracker_params_alone``: ART's model name)."""
+    return [(name, tracker) for tracker in TRACKERS if not params.get(tracker.key)
+            for name in tracker.params
+            if name != tracker.key and name in asked and params.get(name) not in (None, "")
+            and name not in backend.tracker_params_alone]
+
+
+def check_keys(resolved: ResolvedConfig, backends: list[BackendSpec], allow_ignored: bool = False) -> None:
+    """Refuse (:class:`~thub.errors.UsageError`, exit 2) a secondary tracker parameter set without its
+    tracker's key, naming the key, every one at once; ``backends``: those to name as using it alone.
+    With ``allow_ignored`` they are recorded in ``resolved.ignored`` instead (as not-honoured ones)."""
+    found = keyless(resolved.user_set(), resolved.values(), resolved.backend)
+    if not found:
+        return
+    problems = []
+    for name, tracker in found:
+        alone = [b.name for b in backends if name in b.tracker_params_alone]
+        hint = f" (backends that use it alone: {', '.join(alone)})" if alone else ""
+        problems.append(f"{name} (from {resolved.sources[name]}): changes nothing without {tracker.key}, which turns "
+                        f"{tracker.title} on{hint}")
+    if allow_ignored:
+        resolved.ignored = [*resolved.ignored, *problems]
+        return
+    from thub.errors import UsageError
+
+    keys = sorted({tracker.key for _name, tracker in found})
+    raise UsageError("tracker parameters without their tracker:\n  " + "\n  ".join(problems)
+                     + f"\nset {' / '.join(keys)} too, or remove them")
 
 
 def route(backend: BackendSpec, algorithm: str, tracker: Tracker) -> str:

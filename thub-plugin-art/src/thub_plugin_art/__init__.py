@@ -35,6 +35,8 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         summary="openpipe-art: LoRA GRPO on one NVIDIA GPU (Unsloth trainer + co-located vLLM).",
         algorithms=HONOURED,
         runner="thub_plugin_art.runner:run",
+        # ART's model name (TrainableModel(name), its checkpoint folder) whether W&B logs or not
+        tracker_params_alone=frozenset({"wandb_run_name"}),
         requirements=REQUIREMENTS,
         install=INSTALL,
         needs_cuda=True,
