@@ -1,9 +1,14 @@
 """Fixtures shared by the core tests: for ``thub doctor`` (test_doctor.py, test_doctor_checks.py) a registry
 with a fake plugin whose checks have every kind of outcome, and the real registry; for the trackers an
-interpreter without wandb."""
+interpreter without wandb; ``thub``, the CLI in a subprocess (one helper for every test module); and
+real files a run or a library wrote, built once per session (``fsdp2_dcp``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -88,3 +93,67 @@ def without_wandb(tmp_path: Path) -> Path:
         sys.meta_path.insert(0, _NotInstalled())
     """))
     return folder
+
+
+class Thub:
+    """``python -m thub ARGS`` in a subprocess, as a user runs it: no THUB_* variable of the caller's
+    leaks in, and the cache (``XDG_CACHE_HOME``) is this test process's own (``~/.cache/thub`` is
+    shared with every checkout that uses this venv)."""
+
+    def __init__(self, cache: Path) -> None:
+        self.cache = cache
+
+    def environ(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment a thub subprocess gets: this one without THUB_*, then ``env`` on top."""
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+        environ["XDG_CACHE_HOME"] = str(self.cache)
+        environ.update(env or {})
+        return environ
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+                 timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        """Run thub; ``timeout`` is only a hang guard."""
+        return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True,
+                              env=self.environ(env), cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def thub(tmp_path_factory: pytest.TempPathFactory) -> Thub:
+    """Run the thub CLI in a subprocess: ``thub("checkpoint", "ls", str(run), "--json")`` (see :class:`Thub`)."""
+    return Thub(tmp_path_factory.mktemp("thub-cache"))
+
+
+@pytest.fixture(scope="session")
+def fsdp2_dcp(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model sharded by FSDP2 over 2 gloo processes and saved with ``dcp.save``
+    (examples/write_fsdp2_dcp.py), written once per session: tests copy it before changing anything."""
+    out = tmp_path_factory.mktemp("fsdp2") / "dcp"
+    done = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "examples" / "write_fsdp2_dcp.py"),
+                           "--model", str(tiny_model), "--out", str(out), "--nproc", "2"],
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportedLoraRun:
+    """A finished trl ``lora_sft`` run exported with ``--export``: its folder, the export and what thub printed."""
+
+    run: Path
+    hf: Path
+    stdout: str
+
+
+@pytest.fixture(scope="session")
+def trl_lora_run(thub: Thub, tiny_model: Path, demo_data: Path,
+                 tmp_path_factory: pytest.TempPathFactory) -> ExportedLoraRun:
+    """One real trl lora_sft run for the checkpoint tests (test_checkpoint_merge_verify.py,
+    test_checkpoint_export.py): 3 steps on the tiny model, an adapter saved at step 2 (checkpoints/checkpoint-2)
+    and at the end, and ``--export``: the final adapter merged and verified into ``hf``. Tests copy what they
+    change."""
+    root = tmp_path_factory.mktemp("lora")
+    done = thub("train", "lora_sft", "--backend", "trl", "--model-path", str(tiny_model), "--data-path",
+                str(demo_data / "chat.jsonl"), "--ckpt-output-dir", str(root / "run"), "--max-steps", "3",
+                "--lora-r", "4", "--learning-rate", "5e-2", "--save-steps", "2", "--export", str(root / "hf"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return ExportedLoraRun(root / "run", root / "hf", done.stdout)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,8 @@ ROOT = Path(__file__).parents[1]
 pytestmark = pytest.mark.needs_module("safetensors", "transformers")
 
 
-def thub(*args: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
-    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=environ,
-                          timeout=300, cwd=ROOT)
+#: a thub subprocess (the ``thub`` fixture of tests/conftest.py; these runs start in the checkout)
+Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture(scope="module")
@@ -144,10 +141,10 @@ def _translate(algorithm: str, backend: str, **flags: Any) -> dict[str, Any]:
     return registry.translate(algorithm, backend, _values(algorithm, backend, **flags))
 
 
-def test_a_limit_below_one_is_refused(tmp_path: Path) -> None:
+def test_a_limit_below_one_is_refused(thub: Run, tmp_path: Path) -> None:
     done = thub("train", "sft", "--backend", "trl", "--model-path", "m", "--data-path",
                 str(ROOT / "examples" / "data" / "chat.jsonl"), "--ckpt-output-dir", str(tmp_path / "o"),
-                "--save-total-limit", "0", "--dry-run")
+                "--save-total-limit", "0", "--dry-run", cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert "save_total_limit" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o").exists()
@@ -190,7 +187,7 @@ def test_verl_keeps_that_many_actor_checkpoints() -> None:
 
 @pytest.mark.parametrize(("backend", "algorithm"), [("mini-trainer", "sft"), ("mini-trainer", "osft"),
                                                     ("instructlab-training", "sft")])
-def test_backends_without_a_limit_get_thubs_pruning_in_the_plan(backend: str, algorithm: str,
+def test_backends_without_a_limit_get_thubs_pruning_in_the_plan(thub: Run, backend: str, algorithm: str,
                                                                 tmp_path: Path) -> None:
     """The wiring, shown by the dry run: the plan's ``retention`` is what the runner gives the context."""
     if backend not in load_registry().backends:
@@ -200,7 +197,7 @@ def test_backends_without_a_limit_get_thubs_pruning_in_the_plan(backend: str, al
     done = thub("train", algorithm, "--backend", backend, "--model-path", "m", "--data-path",
                 str(ROOT / "examples" / "data" / "chat.jsonl"), "--ckpt-output-dir", str(tmp_path / "o"),
                 "--save-total-limit", "2", "--effective-batch-size", "8",
-                "--max-tokens-per-gpu", "512", "--max-seq-len", "256", *extra, "--dry-run", "--json")
+                "--max-tokens-per-gpu", "512", "--max-seq-len", "256", *extra, "--dry-run", "--json", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     translation = plan["translation"]
@@ -285,11 +282,11 @@ def test_training_hub_keep_last_checkpoint_only_is_a_limit_of_one(keep_last: boo
     assert (plan["translation"]["retention"] or {}).get("save_total_limit") == limit
 
 
-def test_art_refuses_it(tmp_path: Path) -> None:
+def test_art_refuses_it(thub: Run, tmp_path: Path) -> None:
     """ART saves an adapter every step and its delete_checkpoints keeps the newest and the best, with no count."""
     if "art" not in load_registry().backends:
         pytest.skip("thub-plugin-art is not installed")
     done = thub("train", "lora_grpo", "--backend", "art", "--model-path", "m", "--data-path",
                 str(ROOT / "examples" / "data" / "grpo.jsonl"), "--ckpt-output-dir", str(tmp_path / "o"),
-                "--reward", "length", "--save-total-limit", "2", "--dry-run")
+                "--reward", "length", "--save-total-limit", "2", "--dry-run", cwd=ROOT)
     assert done.returncode == 2 and "save_total_limit" in done.stderr and "Traceback" not in done.stderr
