@@ -292,8 +292,16 @@ def hub_calls(monkeypatch: pytest.MonkeyPatch) -> dict:
         return CommitInfo(commit_url=f"https://huggingface.co/{repo_id}/commit/{'a' * 40}", commit_message="m",
                           commit_description="", oid="a" * 40)
 
+    def upload_folder(self, *, repo_id, folder_path, **kwargs):  # type: ignore[no-untyped-def]
+        root = Path(folder_path)  # what it would send, read while the folder exists (by path, as it reads it)
+        sent = {p.relative_to(root).as_posix(): _sha256(p) for p in root.rglob("*") if p.is_file()}
+        state["calls"].append(("upload_folder", repo_id, {**kwargs, "sent": sent,
+                                                          "card": (root / "README.md").read_text()}))
+        return CommitInfo(commit_url=f"https://huggingface.co/{repo_id}/commit/{'b' * 40}", commit_message="m",
+                          commit_description="", oid="b" * 40)
+
     for name, function in {"create_repo": create_repo, "repo_info": repo_info, "create_branch": create_branch,
-                           "create_commit": create_commit}.items():
+                           "create_commit": create_commit, "upload_folder": upload_folder}.items():
         monkeypatch.setattr(HfApi, name, function)
     monkeypatch.setenv("HF_TOKEN", "hf_" + "Zq7" * 12)  # a secret in the environment: never uploaded or shown
     return state
@@ -332,8 +340,27 @@ def test_hf_push_is_private_by_default_with_the_listed_files_and_the_card(traine
         assert by_path[entry["path"]].upload_info.sha256.hex() == _sha256(hf / entry["path"])
     card = by_path["README.md"].path_or_fileobj
     assert isinstance(card, bytes) and card.decode() == plan["card"]
-    assert pushed["revision"] == "a" * 40 and pushed["private"] is True
+    assert pushed["revision"] == "a" * 40 and pushed["private"] is True and pushed["upload"] == "create_commit"
     assert os.environ["HF_TOKEN"] not in json.dumps(pushed)
+
+
+def test_a_large_folder_goes_through_upload_folder_with_the_same_files(trained: tuple[Path, Path], hub_calls: dict,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from thub.checkpoint import push as engine
+
+    run, hf = trained
+    monkeypatch.setattr(engine, "LARGE_FOLDER_FILES", 2)  # the tiny model stands in for a large one
+    plan = _plan(hf, "hf://my-org/big@main", "--run", str(run))
+    pushed = _push_in_process(str(hf), "--to", "hf://my-org/big@main", "--run", str(run))
+    names = [call[0] for call in hub_calls["calls"]]
+    assert names == ["create_repo", "repo_info", "create_branch", "upload_folder"]
+    assert hub_calls["calls"][0][2]["private"] is True
+    upload = hub_calls["calls"][-1][2]
+    assert upload["revision"] == "main" and upload["repo_type"] == "model"
+    assert set(upload["sent"]) == _listed(plan)
+    assert all(upload["sent"][f["path"]] == _sha256(hf / f["path"]) for f in plan["files"])
+    assert upload["card"] == plan["card"] and pushed["upload"] == "upload_folder" and pushed["revision"] == "b" * 40
+    assert not [p for p in hf.iterdir() if p.name in ("README.md", "thub_loss.png")], "DIR was written into"
 
 
 def test_hf_push_public_only_when_asked_and_never_into_a_public_repo_silently(trained: tuple[Path, Path],

@@ -5,9 +5,9 @@ Targets (:func:`parse_target`):
 - ``hf://ORG/NAME[@BRANCH]``: the Hugging Face Hub through huggingface_hub's own API:
   ``HfApi.create_repo(private=not public, exist_ok=True)`` (an existing public repo is refused
   without ``--public``), ``create_branch`` for ``@BRANCH``, then one ``create_commit`` of
-  ``CommitOperationAdd`` operations (huggingface_hub uploads the large files first, addressed by
-  their sha256, so a re-run sends only what the Hub lacks; huggingface_hub 2.4 has no
-  ``upload_large_folder``). The token is huggingface_hub's (``HF_TOKEN``, ``hf auth login``).
+  ``CommitOperationAdd`` operations, or for a large folder (:func:`large_folder`) ``upload_folder``
+  (huggingface_hub 2.4's resumable large-folder upload: with hf_xet it commits in batches and a
+  re-run skips what is committed). The token is huggingface_hub's (``HF_TOKEN``, ``hf auth login``).
 - ``mlflow://MODEL_NAME[?tracking_uri=URI&registry_uri=URI&experiment=NAME]``: a new version of
   MODEL_NAME in MLflow's model registry: an MLflow run (experiment ``thub-push`` unless named)
   carrying the thub run's parameters (``thub.<name>``, as thub's trackers log them) and final
@@ -59,6 +59,10 @@ _ASSIGNMENT = re.compile(r"""["']?([A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[:=]\s*["']?
 #: text files larger than this are not read for secrets (listed as not scanned instead)
 SCAN_LIMIT = 64 << 20
 MLFLOW_EXPERIMENT = "thub-push"
+#: past these a Hub push is huggingface_hub's upload_folder (with hf_xet: committed in batches, resumed by
+#: running it again), else one create_commit
+LARGE_FOLDER_FILES = 30
+LARGE_FOLDER_BYTES = 1 << 30
 
 
 @dataclass
@@ -270,12 +274,34 @@ def _push_hf(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, Any]:
     if target.revision:
         api.create_branch(target.location, branch=target.revision, exist_ok=True, repo_type="model")
     folder = Path(plan["source"])
+    message = f"thub checkpoint push of {folder.name}"
+    if large_folder(plan["files"]):
+        with tempfile.TemporaryDirectory(prefix="thub-push-") as staging:
+            # the files as they are sent (links to DIR's, nothing copied) beside the card: upload_folder
+            # sends a folder whole, and DIR itself is not written into
+            for f in plan["files"]:
+                (Path(staging) / f["path"]).parent.mkdir(parents=True, exist_ok=True)
+                (Path(staging) / f["path"]).symlink_to((folder / f["path"]).resolve())
+            for name, data in extras.items():
+                (Path(staging) / name).write_bytes(data)
+            info = api.upload_folder(repo_id=target.location, folder_path=staging, repo_type="model",
+                                     revision=target.revision, commit_message=message)
+        return {"revision": getattr(info, "oid", None), "url": getattr(info, "commit_url", None) or str(repo),
+                "upload": "upload_folder"}
     operations = [CommitOperationAdd(path_in_repo=f["path"], path_or_fileobj=str(folder / f["path"]))
                   for f in plan["files"]]
     operations += [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in extras.items()]
     info = api.create_commit(target.location, operations=operations, repo_type="model", revision=target.revision,
-                             commit_message=f"thub checkpoint push of {folder.name}")
-    return {"revision": getattr(info, "oid", None), "url": getattr(info, "commit_url", None) or str(repo)}
+                             commit_message=message)
+    return {"revision": getattr(info, "oid", None), "url": getattr(info, "commit_url", None) or str(repo),
+            "upload": "create_commit"}
+
+
+def large_folder(files: list[dict[str, Any]]) -> bool:
+    """Whether a Hub push goes through ``upload_folder`` (resumable, several commits) rather than one
+    ``create_commit``: past :data:`LARGE_FOLDER_FILES` files (where huggingface_hub warns that one commit
+    may fail) or :data:`LARGE_FOLDER_BYTES`."""
+    return len(files) > LARGE_FOLDER_FILES or sum(f["bytes"] for f in files) > LARGE_FOLDER_BYTES
 
 
 def _tracking_uri(target: Target, run_dir: Path | None) -> str:
