@@ -198,7 +198,8 @@ def render(facts: dict[str, Any], plot: str | None = None) -> str:
     lines += _table(["parameter", "value", "source"],
                     [[p["name"], p["value"], p["source"]] for p in facts.get("parameters") or []])
     lines += ["", "## Data", ""]
-    rows = [[d["path"], "-" if d["rows"] is None else d["rows"], d["sha256"] or "(not found from the folder push ran in)"]
+    missing = "(not found from the folder push ran in)"
+    rows = [[d["path"], "-" if d["rows"] is None else d["rows"], d["sha256"] or missing]
             for d in facts.get("data") or []]
     lines += _table(["file", "rows", "sha256 of the file"], rows) if rows else ["No data file recorded."]
     if facts.get("validated_rows") is not None:
