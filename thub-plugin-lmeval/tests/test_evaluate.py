@@ -1,0 +1,70 @@
+"""Real lm-evaluation-harness runs on the tiny local model (CPU): local JSONL tasks score, the
+model trained on a task's prompts beats its base there and not on an unrelated task, the chat
+template is applied when asked, and every bad request is a UsageError before a model loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from thub.errors import UsageError
+from thub.evaluate import EvalRequest, EvalTask, TaskScore
+from thub_plugin_lmeval.runner import evaluate
+
+pytestmark = pytest.mark.slow
+
+
+def request(model: Path, work: Path, *tasks: Path | str, **kwargs: Any) -> EvalRequest:
+    items = tuple(EvalTask(name=Path(t).stem, path=str(t)) if isinstance(t, Path) else EvalTask(name=t)
+                  for t in tasks)
+    return EvalRequest(model_path=str(model), label=kwargs.pop("label", "final"), tasks=items,
+                       max_seq_len=128, work_dir=str(work), **kwargs)
+
+
+def by_task(scores: list[TaskScore]) -> dict[str, TaskScore]:
+    return {score.task: score for score in scores}
+
+
+def samples(work: Path, task: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (work / "samples" / f"{task}.jsonl").read_text().splitlines()]
+
+
+def test_local_task_scores_with_the_chat_template(tiny_model: Path, tasks: dict[str, Path], tmp_path: Path) -> None:
+    import lm_eval
+
+    scores = evaluate(request(tiny_model, tmp_path, tasks["capitals"], apply_chat_template=True, limit=4))
+    (score,) = scores
+    assert score.task == "capitals" and score.samples == 4
+    assert set(score.metrics) == {"acc", "perplexity"} and set(score.stderr) <= {"acc", "perplexity"}
+    assert score.higher_is_better == {"acc": True, "perplexity": False}
+    assert score.harness == {"name": "lm-eval", "version": lm_eval.__version__}
+    args = score.arguments
+    assert args["model"] == "hf" and args["model_args"] == {"pretrained": str(tiny_model), "max_length": 128}
+    assert args["limit"] == 4 and args["apply_chat_template"] is True and args["device"] == "cpu"
+    assert "--include_path" in args["command"] and "--apply_chat_template" in args["command"]
+    # the request text lm-eval built: the user turn in the tiny model's ChatML, the answer after it
+    logged = samples(tmp_path, "capitals")
+    context, continuation = logged[0]["arguments"][0]
+    assert context == "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    assert continuation == "Paris."
+
+
+def test_without_the_chat_template_the_prompt_is_plain_text(tiny_model: Path, tasks: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    evaluate(request(tiny_model, tmp_path, tasks["capitals"], apply_chat_template=False, limit=1))
+    context, continuation = samples(tmp_path, "capitals")[0]["arguments"][0]
+    assert (context, continuation) == ("What is the capital of France?", "Paris.")
+
+
+def test_tuned_beats_base_on_its_prompts_and_not_on_unrelated_ones(tiny_model: Path, trained_model: Path,
+                                                                   tasks: dict[str, Path], tmp_path: Path) -> None:
+    both = (tasks["capitals"], tasks["unrelated"])
+    base = by_task(evaluate(request(tiny_model, tmp_path / "base", *both, apply_chat_template=True, label="base")))
+    tuned = by_task(evaluate(request(trained_model, tmp_path / "tuned", *both, apply_chat_template=True)))
+    assert tuned["capitals"].metrics["acc"] > base["capitals"].metrics["acc"]
+    assert tuned["capitals"].metrics["perplexity"] < base["capitals"].metrics["perplexity"]
+    assert tuned["unrelated"].metrics["acc"] <= base["unrelated"].metrics["acc"]
+    assert tuned["unrelated"].metrics["perplexity"] >= base["unrelated"].metrics["perplexity"]
