@@ -91,3 +91,8 @@ def test_a_real_tokenizer_is_no_secret_and_a_token_in_a_config_is(tiny_model: Pa
     assert secret_finding(config, []) is None
     config.write_text('{"pad_token": "<pad>",\n "hub_token": "abcdef123456xyz"}')
     assert secret_finding(config, []) == "line 2 holds a value named hub_token"
+    vocabulary = tmp_path / "vocab.json"  # any string can be a token: only secret values count there
+    vocabulary.write_text('{"?token=": 5,\n "https://a@": 6,\n "api_key=abc123def": 7}')
+    assert secret_finding(vocabulary, []) is None
+    vocabulary.write_text('{"hf_' + "x1" * 20 + '": 5}')
+    assert secret_finding(vocabulary, []) == "line 1 holds an access token"

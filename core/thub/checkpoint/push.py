@@ -56,8 +56,11 @@ TOKEN_SHAPES = re.compile(r"\b(hf_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A
                           r"sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,})\b")
 # NAME = VALUE, NAME: VALUE, "NAME": "VALUE" with a credential-like value (not "<pad>", "<|im_end|>")
 _ASSIGNMENT = re.compile(r"""["']?([A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[:=]\s*["']?([A-Za-z0-9_\-+/=.]{8,})""")
-#: text files larger than this are not read for secrets (listed as not scanned instead)
+#: text files larger than this are not read for secrets
 SCAN_LIMIT = 64 << 20
+#: a tokenizer's vocabulary: any string can be a token (``?token=``, ``://user@``), so only secret values
+#: themselves (an environment secret's value, a known token shape) count there, never name patterns
+VOCABULARY_FILES = frozenset({"tokenizer.json", "vocab.json", "vocab.txt", "merges.txt", "added_tokens.json"})
 MLFLOW_EXPERIMENT = "thub-push"
 #: past these a Hub push is huggingface_hub's upload_folder (with hf_xet: committed in batches, resumed by
 #: running it again), else one create_commit
@@ -132,11 +135,14 @@ def secret_finding(path: Path, literals: list[str] | None = None) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None  # not text: weights or another binary format
     literals = output_secrets() if literals is None else literals
+    vocabulary = name in VOCABULARY_FILES
     for number, line in enumerate(text.splitlines(), 1):
         if any(literal in line for literal in literals):
             return f"line {number} holds the value of a secret environment variable"
         if TOKEN_SHAPES.search(line):
             return f"line {number} holds an access token"
+        if vocabulary:
+            continue
         if redact_text(line) != line:
             return f"line {number} holds URI credentials or a secret query value"
         for match in _ASSIGNMENT.finditer(line):
