@@ -333,3 +333,23 @@ def test_a_sharded_checkpoint_is_refused_naming_consolidate(evaluator: Any, thub
     assert f"thub checkpoint consolidate {sharded} --out DIR" in message
     folder = thub_cli("eval", str(sharded), "--tasks", str(data / "memorised.jsonl"), "--out", str(tmp_path / "o"))
     assert folder.exit_code == 2 and "thub checkpoint consolidate" in folder.stderr
+
+
+def test_results_of_an_earlier_run_in_the_directory_are_neither_merged_nor_shown(evaluator: Any, thub_cli: Any,
+                                                                                 sft_run: Path, data: Path,
+                                                                                 tmp_path: Path) -> None:
+    run = _copy_run(sft_run, tmp_path)
+    task = str(data / "memorised.jsonl")
+    assert thub_cli("eval", str(run), "--tasks", task, "--base", "--limit", "1").exit_code == 0
+    # the directory trained again (--overwrite keeps a user's eval/): a new thub_run.json, a new result.json
+    record = json.loads((run / "thub_run.json").read_text())
+    record["created"] += 100
+    (run / "thub_run.json").write_text(json.dumps(record))
+    result = json.loads((run / "result.json").read_text())
+    del result["eval"]
+    (run / "result.json").write_text(json.dumps(result))
+    assert thub_cli("history", "show", str(run), "--json").json()["eval"] is None
+    assert thub_cli("plot", str(run), "--eval", "loglik").exit_code == 2
+    assert thub_cli("eval", str(run), "--tasks", task, "--limit", "1").exit_code == 0
+    document = json.loads((run / "eval" / "memorised.json").read_text())
+    assert list(document["models"]) == ["final"] and document["run_created"] == record["created"]

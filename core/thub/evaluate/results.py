@@ -7,7 +7,10 @@
      "models": {"final": {"model_path", "step", "metrics", "stderr", "higher_is_better", "samples",
                           "harness", "arguments", "evaluated_at"}, "base": {...}}}
 
-A new evaluation merges into the file by label (re-running ``base`` keeps ``final``). A run's
+A new evaluation merges into the file by label (re-running ``base`` keeps ``final``). Each file
+names the run it scored (``run_created``: ``thub_run.json``'s ``created``): a run trained again in
+the same directory (``--overwrite``, ``--resume``: ``eval/`` is the user's and stays) makes the old
+results stale, so they are neither merged with the new ones nor shown. A run's
 ``result.json`` gets the summary under ``eval``: per task, per label its metrics, and per tuned
 label its difference from ``base`` per metric (:func:`summarise`). Every write is atomic.
 """
@@ -55,13 +58,32 @@ def entry(score: TaskScore, model_path: str, step: int | None, extra: dict[str, 
             "evaluated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
 
 
+def run_created(run_dir: str | Path) -> float | None:
+    """The identity of the training run in ``run_dir``: ``thub_run.json``'s ``created`` (None: no run)."""
+    try:
+        value = json.loads((Path(run_dir) / "thub_run.json").read_text(encoding="utf-8")).get("created")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return _number(value)
+
+
+def _current(document: dict[str, Any], created: float | None) -> bool:
+    """Whether ``document`` scored the run made at ``created`` (always, outside a run)."""
+    return created is None or _number(document.get("run_created")) == created
+
+
 def merged_task(existing: dict[str, Any] | None, task: str, path: str | None, evaluator: dict[str, Any],
-                entries: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """``existing`` (or nothing) with ``entries`` filed by label, the newest evaluator recorded."""
-    models = dict((existing or {}).get("models") or {})
+                entries: dict[str, dict[str, Any]], created: float | None = None) -> dict[str, Any]:
+    """``existing`` (or nothing) with ``entries`` filed by label, the newest evaluator recorded;
+    results of another run in the same directory (``created`` differs) are dropped."""
+    kept = existing if existing is not None and _current(existing, created) else None
+    models = dict((kept or {}).get("models") or {})
     models.update(entries)
     ordered = dict(sorted(models.items(), key=lambda kv: label_order(kv[0], kv[1].get("step"))))
-    return {"task": task, "path": path, "evaluator": evaluator, "models": ordered}
+    document: dict[str, Any] = {"task": task, "path": path, "evaluator": evaluator, "models": ordered}
+    if created is not None:
+        document["run_created"] = created
+    return document
 
 
 def write_tasks(eval_dir: Path, documents: dict[str, dict[str, Any]]) -> list[Path]:
@@ -76,14 +98,15 @@ def write_tasks(eval_dir: Path, documents: dict[str, dict[str, Any]]) -> list[Pa
     return written
 
 
-def read_all(eval_dir: Path) -> dict[str, dict[str, Any]]:
-    """Every task's results under ``eval_dir``, by task name."""
+def read_all(eval_dir: Path, created: float | None = None) -> dict[str, dict[str, Any]]:
+    """Every task's results under ``eval_dir``, by task name; with ``created``, only those of that
+    run (:func:`run_created`)."""
     if not eval_dir.is_dir():
         return {}
     found = {}
     for path in sorted(eval_dir.glob("*.json")):
         document = read_task_file(path)
-        if document is not None:
+        if document is not None and _current(document, created):
             found[str(document.get("task") or path.stem)] = document
     return found
 
@@ -157,7 +180,7 @@ def run_summary(run_dir: str | Path) -> dict[str, Any] | None:
         result = None
     if isinstance(result, dict) and isinstance(result.get("eval"), dict):
         return result["eval"]  # type: ignore[no-any-return]
-    documents = read_all(run / "eval")
+    documents = read_all(run / "eval", run_created(run))
     return summarise(documents) if documents else None
 
 

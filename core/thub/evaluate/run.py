@@ -121,7 +121,12 @@ def _merge(model: EvalModel, base: str | None, say: Callable[[str], None]) -> No
         record = json.loads((target / MERGE_RECORD).read_text())
     except (OSError, ValueError):
         record = None
-    if isinstance(record, dict) and record.get("adapter") == model.source and (target / "config.json").is_file():
+    adapter_files = [p for p in Path(model.source).glob("adapter_model.*") if p.is_file()]
+    fresh = bool(adapter_files) and (target / MERGE_RECORD).is_file() and all(
+        (target / MERGE_RECORD).stat().st_mtime >= p.stat().st_mtime for p in adapter_files)
+    # the same adapter path saved again (a run trained anew in its directory) is merged again
+    if isinstance(record, dict) and record.get("adapter") == model.source and fresh \
+            and (target / "config.json").is_file():
         say(f"{model.label}: using the merged model cached in {target}")
         return
     if target.exists():
@@ -189,15 +194,17 @@ def execute(eval_plan: EvalPlan, *, say: Callable[[str], None] | None = None) ->
         for name, score in _checked(answer, model, eval_plan.tasks, spec.name).items():
             scored[name][model.label] = results.entry(score, model.model_path, model.step, extra)
     documents = {}
+    created = results.run_created(eval_plan.run.path) if eval_plan.run else None
     for task in eval_plan.tasks:
         existing = results.read_task_file(eval_plan.eval_dir / f"{task.name}.json") if eval_plan.eval_dir else None
-        documents[task.name] = results.merged_task(existing, task.name, task.path, evaluator_info, scored[task.name])
+        documents[task.name] = results.merged_task(existing, task.name, task.path, evaluator_info, scored[task.name],
+                                                   created)
     written: list[Path] = []
     summary = results.summarise(documents)
     if eval_plan.eval_dir is not None:
         written = results.write_tasks(eval_plan.eval_dir, documents)
         if eval_plan.run is not None and (eval_plan.run.path / "result.json").is_file():
             # the summary covers every task filed with the run, not only those scored now
-            summary = results.summarise(results.read_all(eval_plan.eval_dir))
+            summary = results.summarise(results.read_all(eval_plan.eval_dir, created))
             results.update_result(eval_plan.run.path, summary)
     return {"results": documents, "summary": summary, "written": [str(p) for p in written]}

@@ -249,7 +249,7 @@ def load_eval_series(paths: list[str], spec: str, labels: list[str] | None = Non
     """``thub plot --eval [TASK:]METRIC``: one :class:`Series` per run and task of ``thub eval``
     results (``RUN_DIR/eval/<task>.json``), the metric against the step each model was saved at
     (the base at 0; the final model at the run's last step). Without TASK: every task that has it."""
-    from thub.evaluate.results import label_order, read_all
+    from thub.evaluate.results import label_order, read_all, run_created
 
     task, _, metric = spec.rpartition(":")
     if not metric:
@@ -258,7 +258,7 @@ def load_eval_series(paths: list[str], spec: str, labels: list[str] | None = Non
         raise UsageError(f"{len(labels)} --label value(s) for {len(paths)} run(s): give one per run or none")
     series = []
     for index, path in enumerate(paths):
-        documents = read_all(Path(path) / "eval")
+        documents = read_all(Path(path) / "eval", run_created(path))  # not those of an earlier run here
         if not documents:
             raise UsageError(f"{path}: no eval results (RUN_DIR/eval/*.json); run `thub eval {path} --tasks ...`")
         chosen = [task] if task else [name for name, doc in documents.items()
