@@ -68,3 +68,35 @@ def test_tuned_beats_base_on_its_prompts_and_not_on_unrelated_ones(tiny_model: P
     assert tuned["capitals"].metrics["perplexity"] < base["capitals"].metrics["perplexity"]
     assert tuned["unrelated"].metrics["acc"] <= base["unrelated"].metrics["acc"]
     assert tuned["unrelated"].metrics["perplexity"] >= base["unrelated"].metrics["perplexity"]
+
+
+def test_generate_mode_scores_exact_match(trained_model: Path, tasks: dict[str, Path], tmp_path: Path) -> None:
+    (score,) = evaluate(request(trained_model, tmp_path, tasks["capitals"], apply_chat_template=True, limit=3,
+                                options={"mode": "generate", "max_gen_toks": 8}))
+    assert set(score.metrics) == {"exact_match"} and score.higher_is_better == {"exact_match": True}
+    # greedy answers, stopped at the template's end-of-turn: the memorised ones
+    logged = samples(tmp_path, "capitals")
+    assert [row["filtered_resps"][0].strip() for row in logged] == ["Paris.", "Rome.", "Madrid."]
+    assert score.metrics["exact_match"] == 1.0
+
+
+def test_a_harness_yaml_is_used_as_it_is(tiny_model: Path, tasks: dict[str, Path], tmp_path: Path) -> None:
+    import yaml
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    data = folder / "pairs.jsonl"
+    data.write_text(tasks["capitals"].read_text())
+    config = {"task": "my_capitals", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
+              "test_split": "test", "output_type": "multiple_choice", "doc_to_text": "prompt",
+              "doc_to_choice": "{{[answer, 'London.']}}", "doc_to_target": 0,
+              "metric_list": [{"metric": "acc"}], "metadata": {"version": 1}}
+    path = folder / "my_capitals.yaml"
+    path.write_text(yaml.safe_dump(config))
+    (score,) = evaluate(request(tiny_model, tmp_path / "work", path, limit=2))
+    assert score.task == "my_capitals" and score.samples == 2 and set(score.metrics) == {"acc"}
+    assert score.arguments["tasks"] == [str(path)] and score.arguments["include_path"] is None
+    assert not (tmp_path / "work" / "tasks").exists()  # nothing generated for it
+    # the YAML's own prompt: both choices after lm-eval's default target delimiter
+    first = samples(tmp_path / "work", "my_capitals")[0]["arguments"]
+    assert first == [["What is the capital of France?", " Paris."], ["What is the capital of France?", " London."]]
