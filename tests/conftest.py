@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -157,3 +159,33 @@ def trl_lora_run(thub: Thub, tiny_model: Path, demo_data: Path,
                 "--lora-r", "4", "--learning-rate", "5e-2", "--save-steps", "2", "--export", str(root / "hf"))
     assert done.returncode == 0, done.stdout + done.stderr
     return ExportedLoraRun(root / "run", root / "hf", done.stdout)
+
+
+# --- a real one-node SLURM (scripts/slurm-up.sh), one per session: tests/test_slurm_cluster.py,
+# tests/test_post_run_slurm.py
+
+_ROOT = Path(__file__).parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def slurm_env() -> Iterator[dict[str, str]]:
+    """A fresh cluster for the session; yields the environment clients need (SLURM_CONF)."""
+    if os.geteuid() != 0:
+        pytest.skip("scripts/slurm-up.sh runs munged, slurmctld and slurmd as root (SlurmUser=root): "
+                    "run these tests as root")
+    base = Path(tempfile.mkdtemp(prefix="thub-slurm-", dir="/tmp"))  # short: munge's socket lives here
+    env = {**os.environ, "SLURMCTLD_PORT": str(_free_port()), "SLURMD_PORT": str(_free_port())}
+    up = subprocess.run([str(_ROOT / "scripts" / "slurm-up.sh"), str(base)], capture_output=True, text=True,
+                        env=env, timeout=600)  # a hang guard (slurm-up.sh waits up to 6 min)
+    if up.returncode != 0:
+        pytest.fail(f"slurm-up.sh failed:\n{up.stdout}\n{up.stderr}")
+    try:
+        yield {"SLURM_CONF": str(base / "etc" / "slurm.conf")}
+    finally:
+        subprocess.run([str(_ROOT / "scripts" / "slurm-down.sh"), str(base)], capture_output=True, timeout=120)

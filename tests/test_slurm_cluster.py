@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,30 +23,6 @@ ROOT = Path(__file__).parent.parent
 BINARIES = ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "squeue", "scontrol", "scancel")
 # without them: skipped, naming scripts/system-packages.sh (conftest.py)
 pytestmark = [pytest.mark.slow, pytest.mark.needs_system(*BINARIES)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def slurm_env() -> Iterator[dict[str, str]]:
-    """A fresh cluster for the session; yields the environment clients need (SLURM_CONF)."""
-    if os.geteuid() != 0:
-        pytest.skip("scripts/slurm-up.sh runs munged, slurmctld and slurmd as root (SlurmUser=root): "
-                    "run these tests as root")
-    base = Path(tempfile.mkdtemp(prefix="thub-slurm-", dir="/tmp"))  # short: munge's socket lives here
-    env = {**os.environ, "SLURMCTLD_PORT": str(_free_port()), "SLURMD_PORT": str(_free_port())}
-    up = subprocess.run([str(ROOT / "scripts" / "slurm-up.sh"), str(base)], capture_output=True, text=True,
-                        env=env, timeout=600)  # a hang guard (slurm-up.sh waits up to 6 min)
-    if up.returncode != 0:
-        pytest.fail(f"slurm-up.sh failed:\n{up.stdout}\n{up.stderr}")
-    try:
-        yield {"SLURM_CONF": str(base / "etc" / "slurm.conf")}
-    finally:
-        subprocess.run([str(ROOT / "scripts" / "slurm-down.sh"), str(base)], capture_output=True, timeout=120)
 
 
 def thub(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
