@@ -14,6 +14,7 @@ missing base model), no traceback.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from typing import Any
 
@@ -43,7 +44,9 @@ class CheckpointGroup(click.Group):
         summary = getattr(module, "SUMMARY", "")
         if summary and command.short_help != summary:
             command.short_help = summary
-            command.help = summary + (f"\n\n{command.help}" if command.help else "")
+            # click dedents a docstring only when it builds the command; help composed here is
+            # dedented here, or the second paragraph keeps the docstring's indentation mid-line
+            command.help = summary + (f"\n\n{inspect.cleandoc(command.help)}" if command.help else "")
         return command
 
     def invoke(self, ctx: click.Context) -> object:
