@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,30 +21,20 @@ ROOT = Path(__file__).resolve().parents[1]
 DEEPSPEED = ROOT / "build" / "deepspeed-0.19.8"
 
 
-def _environ() -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
-    # this test process's own cache: ~/.cache/thub is shared with every checkout using this venv
-    environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"thub-consolidate-tests-{os.getpid()}")
-    return environ
+#: a thub subprocess (the ``thub`` fixture of tests/conftest.py, which also writes the session's ``fsdp2_dcp``)
+Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def consolidate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "thub", "checkpoint", "consolidate", *args], capture_output=True,
-                          text=True, env=_environ(), timeout=900)
+@pytest.fixture(scope="module")
+def consolidate(thub: Run) -> Run:
+    """``thub checkpoint consolidate ARGS`` in a subprocess."""
+    return lambda *args: thub("checkpoint", "consolidate", *args)
 
 
 def _write(script: str, *args: str, environ: dict[str, str] | None = None) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args], capture_output=True, text=True,
                           env=environ, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
-
-
-@pytest.fixture(scope="module")
-def fsdp2_dcp(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model sharded by FSDP2 over 2 gloo processes and saved with dcp.save."""
-    out = tmp_path_factory.mktemp("fsdp2") / "dcp"
-    _write("write_fsdp2_dcp.py", "--model", str(tiny_model), "--out", str(out), "--nproc", "2")
-    return out
 
 
 def _dcp_to_torch_save(dcp: Path) -> dict:
@@ -88,7 +78,8 @@ def _logits(model_dir: Path, dtype: str = "float32") -> object:
         return model(input_ids=torch.tensor([[1, 5, 9, 42, 7, 300, 2]])).logits
 
 
-def test_fsdp2_dcp_equals_dcp_to_torch_save_and_loads(fsdp2_dcp: Path, tiny_model: Path, tmp_path: Path) -> None:
+def test_fsdp2_dcp_equals_dcp_to_torch_save_and_loads(consolidate: Run, thub: Run, fsdp2_dcp: Path,
+                                                      tiny_model: Path, tmp_path: Path) -> None:
     import torch
 
     out = tmp_path / "hf"
@@ -103,14 +94,14 @@ def test_fsdp2_dcp_equals_dcp_to_torch_save_and_loads(fsdp2_dcp: Path, tiny_mode
         assert (out / name).read_bytes() == (tiny_model / name).read_bytes(), name
     assert {c["file"] for c in report["copied"]} >= {"config.json", "tokenizer.json", "chat_template.jinja"}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary folder left behind"
-    verified = subprocess.run([sys.executable, "-m", "thub", "checkpoint", "verify", str(out), "--base",
-                               str(tiny_model), "--json"], capture_output=True, text=True, env=_environ(), timeout=900)
+    verified = thub("checkpoint", "verify", str(out), "--base", str(tiny_model), "--json")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     checks = {c["check"]: c["ok"] for c in json.loads(verified.stdout)["checks"]}
     assert checks["shapes"] and checks["finite"] and checks["tokenizer"]
 
 
-def test_bfloat16_output_sharded_with_an_index(fsdp2_dcp: Path, tiny_model: Path, tmp_path: Path) -> None:
+def test_bfloat16_output_sharded_with_an_index(consolidate: Run, fsdp2_dcp: Path, tiny_model: Path,
+                                               tmp_path: Path) -> None:
     import torch
 
     out = tmp_path / "hf"
@@ -131,7 +122,7 @@ def test_bfloat16_output_sharded_with_an_index(fsdp2_dcp: Path, tiny_model: Path
     _logits(out, "bfloat16")  # transformers loads every shard through the index
 
 
-def test_optimizer_state_is_left_out(tiny_model: Path, tmp_path: Path) -> None:
+def test_optimizer_state_is_left_out(consolidate: Run, tiny_model: Path, tmp_path: Path) -> None:
     """A training loop's checkpoint {"model": ..., "optim": ...}: the model subtree, its prefix taken off."""
     dcp = tmp_path / "dcp"
     _write("write_fsdp2_dcp.py", "--model", str(tiny_model), "--out", str(dcp), "--nest", "optimizer")
@@ -143,7 +134,8 @@ def test_optimizer_state_is_left_out(tiny_model: Path, tmp_path: Path) -> None:
     _assert_equal(_tensors(tmp_path / "hf"), reference["model"])
 
 
-def test_accelerate_sharded_state_dict_equals_merge_fsdp_weights(tiny_model: Path, tmp_path: Path) -> None:
+def test_accelerate_sharded_state_dict_equals_merge_fsdp_weights(consolidate: Run, tiny_model: Path,
+                                                                 tmp_path: Path) -> None:
     """accelerate's own save_fsdp_model (SHARDED_STATE_DICT) against its own merge_fsdp_weights."""
     from accelerate.utils import merge_fsdp_weights
 
@@ -169,7 +161,7 @@ torch.save({k: v.contiguous() for k, v in state.items()}, sys.argv[2])
                     reason="DeepSpeed 0.19.8 is not unpacked into build/deepspeed-0.19.8 (scripts/test-all.sh), "
                            "or no g++ for its CPU accelerator's op")
 @pytest.mark.parametrize("stage", [2, 3])
-def test_deepspeed_zero_equals_zero_to_fp32(stage: int, tiny_model: Path, tmp_path: Path) -> None:
+def test_deepspeed_zero_equals_zero_to_fp32(consolidate: Run, stage: int, tiny_model: Path, tmp_path: Path) -> None:
     import torch
 
     environ = {**os.environ, "PYTHONPATH": str(DEEPSPEED), "DS_ACCELERATOR": "cpu"}
@@ -190,7 +182,7 @@ def test_deepspeed_zero_equals_zero_to_fp32(stage: int, tiny_model: Path, tmp_pa
     assert not torch.equal(ours["lm_head.weight"], before["lm_head.weight"])  # trained one step
 
 
-def test_dry_run_writes_nothing(fsdp2_dcp: Path, tiny_model: Path, tmp_path: Path) -> None:
+def test_dry_run_writes_nothing(consolidate: Run, fsdp2_dcp: Path, tiny_model: Path, tmp_path: Path) -> None:
     done = consolidate(str(fsdp2_dcp), "--out", str(tmp_path / "hf"), "--base", str(tiny_model), "--dry-run",
                        "--json")
     assert done.returncode == 0, done.stderr
@@ -201,7 +193,8 @@ def test_dry_run_writes_nothing(fsdp2_dcp: Path, tiny_model: Path, tmp_path: Pat
     assert text.returncode == 0 and "would write" in text.stdout and list(tmp_path.iterdir()) == []
 
 
-def test_base_found_from_the_run_and_serving_files_copied(fsdp2_dcp: Path, tiny_model: Path, tmp_path: Path) -> None:
+def test_base_found_from_the_run_and_serving_files_copied(consolidate: Run, fsdp2_dcp: Path, tiny_model: Path,
+                                                          tmp_path: Path) -> None:
     """No --base: the model_path of the run's thub_run.json; a preprocessor_config.json the base has
     (LLaMA-Factory leaves it out; vLLM needs it) is copied too."""
     base = tmp_path / "base"
@@ -225,7 +218,8 @@ def _refused(done: subprocess.CompletedProcess[str], *words: str) -> None:
         assert word in done.stderr, done.stderr
 
 
-def test_bad_inputs_exit_2_and_write_nothing(fsdp2_dcp: Path, tiny_model: Path, tmp_path: Path) -> None:
+def test_bad_inputs_exit_2_and_write_nothing(consolidate: Run, fsdp2_dcp: Path, tiny_model: Path,
+                                             tmp_path: Path) -> None:
     out = tmp_path / "out" / "hf"
     _refused(consolidate(str(tiny_model), "--out", str(out)), "hf-model", "already a Hugging Face model")
     (tmp_path / "empty").mkdir()

@@ -7,30 +7,27 @@ dry run shows the step; a non-empty export folder is refused before training; a 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from conftest import ExportedLoraRun  # tests/conftest.py
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_module("peft", "safetensors"), pytest.mark.needs_backend("trl")]
 
 
-def _environ() -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
-    environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"thub-export-tests-{os.getpid()}")
-    return environ
+#: a thub subprocess (the ``thub`` fixture of tests/conftest.py)
+Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def thub(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=_environ(),
-                          timeout=900)
-
-
-def _train(algorithm: str, model: Path, data: Path, run: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def _train(thub: Run, algorithm: str, model: Path, data: Path, run: Path,
+           *extra: str) -> subprocess.CompletedProcess[str]:
     lora = ("--lora-r", "4") if algorithm == "lora_sft" else ()
     return thub("train", algorithm, "--backend", "trl", "--model-path", str(model), "--data-path",
                 str(data / "chat.jsonl"), "--ckpt-output-dir", str(run), "--max-steps", "2", "--learning-rate",
@@ -46,22 +43,20 @@ def _loads(folder: Path) -> None:
         assert torch.isfinite(model(input_ids=torch.tensor([[1, 5, 9, 42]])).logits).all()
 
 
-def _verified(folder: Path) -> dict:
+def _verified(thub: Run, folder: Path) -> dict:
     done = thub("checkpoint", "verify", str(folder), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     return {c["check"]: c["ok"] for c in json.loads(done.stdout)["checks"]}
 
 
 @pytest.fixture(scope="module")
-def lora_export(tiny_model: Path, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("export-lora")
-    done = _train("lora_sft", tiny_model, demo_data, root / "run", "--export", str(root / "hf"))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "export: " in done.stdout and "verified" in done.stdout
-    return root / "run", root / "hf"
+def lora_export(trl_lora_run: ExportedLoraRun) -> tuple[Path, Path]:
+    """The session's trl lora_sft run with ``--export`` (tests/conftest.py): (its run folder, the export)."""
+    assert "export: " in trl_lora_run.stdout and "verified" in trl_lora_run.stdout
+    return trl_lora_run.run, trl_lora_run.hf
 
 
-def test_lora_sft_export_is_a_merged_verified_hf_folder(lora_export: tuple[Path, Path]) -> None:
+def test_lora_sft_export_is_a_merged_verified_hf_folder(thub: Run, lora_export: tuple[Path, Path]) -> None:
     run, hf = lora_export
     result = json.loads((run / "result.json").read_text())
     assert result["status"] == "succeeded" and result["final_model"]["layout"] == "peft-adapter"
@@ -71,14 +66,14 @@ def test_lora_sft_export_is_a_merged_verified_hf_folder(lora_export: tuple[Path,
     checks = {c["check"]: c["ok"] for c in export["checks"]}
     assert checks["logits"] is True and checks["tokenizer"] is True and checks["finite"] is True
     _loads(hf)
-    verified = _verified(hf)  # again, from the folder alone (its merge record names base and adapter)
+    verified = _verified(thub, hf)  # again, from the folder alone (its merge record names base and adapter)
     assert verified["logits"] is True and verified["tokenizer"] is True
     assert not [p for p in hf.parent.iterdir() if p.name.startswith(".")], "staging folder left behind"
 
 
-def test_sft_export_copies_the_final_model_without_training_state(tiny_model: Path, demo_data: Path,
+def test_sft_export_copies_the_final_model_without_training_state(thub: Run, tiny_model: Path, demo_data: Path,
                                                                    tmp_path: Path) -> None:
-    done = _train("sft", tiny_model, demo_data, tmp_path / "run", "--export", str(tmp_path / "hf"), "--json")
+    done = _train(thub, "sft", tiny_model, demo_data, tmp_path / "run", "--export", str(tmp_path / "hf"), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["export"]["action"] == "copy" and result["export"]["ok"] is True, result["export"]
@@ -88,17 +83,17 @@ def test_sft_export_copies_the_final_model_without_training_state(tiny_model: Pa
     assert (hf / "model.safetensors").is_file() and (hf / "chat_template.jinja").is_file()
     assert not (hf / "training_args.bin").exists() and not (hf / "optimizer.pt").exists()
     _loads(hf)
-    verified = subprocess.run([sys.executable, "-m", "thub", "checkpoint", "verify", str(hf), "--base",
-                               str(tiny_model), "--source", str(tmp_path / "run" / "final"), "--json"],
-                              capture_output=True, text=True, env=_environ(), timeout=900)
+    verified = thub("checkpoint", "verify", str(hf), "--base", str(tiny_model), "--source",
+                    str(tmp_path / "run" / "final"), "--json")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert {c["check"]: c["ok"] for c in json.loads(verified.stdout)["checks"]}["logits"] is True
 
 
-def test_config_key_and_dry_run_show_the_export_step(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
+def test_config_key_and_dry_run_show_the_export_step(thub: Run, tiny_model: Path, demo_data: Path,
+                                                     tmp_path: Path) -> None:
     config = tmp_path / "run.yaml"
     config.write_text(f"export: {tmp_path / 'hf'}\n")
-    done = _train("lora_sft", tiny_model, demo_data, tmp_path / "run", "--config", str(config), "--dry-run",
+    done = _train(thub, "lora_sft", tiny_model, demo_data, tmp_path / "run", "--config", str(config), "--dry-run",
                   "--json")
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
@@ -107,21 +102,21 @@ def test_config_key_and_dry_run_show_the_export_step(tiny_model: Path, demo_data
     assert not (tmp_path / "run").exists() and not (tmp_path / "hf").exists()
 
 
-def test_a_non_empty_export_folder_is_refused_before_training(tiny_model: Path, demo_data: Path,
+def test_a_non_empty_export_folder_is_refused_before_training(thub: Run, tiny_model: Path, demo_data: Path,
                                                                tmp_path: Path) -> None:
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "keep.txt").write_text("someone's file\n")
-    done = _train("lora_sft", tiny_model, demo_data, tmp_path / "run", "--export", str(tmp_path / "hf"))
+    done = _train(thub, "lora_sft", tiny_model, demo_data, tmp_path / "run", "--export", str(tmp_path / "hf"))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "export" in done.stderr and "not an empty folder" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "run").exists()
     assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["keep.txt"]
-    no_final = _train("lora_sft", tiny_model, demo_data, tmp_path / "run2", "--export", str(tmp_path / "hf2"),
+    no_final = _train(thub, "lora_sft", tiny_model, demo_data, tmp_path / "run2", "--export", str(tmp_path / "hf2"),
                       "--no-save-final-checkpoint")
     assert no_final.returncode == 2 and "save_final_checkpoint" in no_final.stderr, no_final.stderr
 
 
-def test_a_final_model_failing_verify_leaves_the_run_succeeded_and_exits_1(lora_export: tuple[Path, Path],
+def test_a_final_model_failing_verify_leaves_the_run_succeeded_and_exits_1(thub: Run, lora_export: tuple[Path, Path],
                                                                          tmp_path: Path) -> None:
     """The SLURM export job's entry point on a copy of the run whose merged output would hold a NaN: here the
     adapter's own weights are corrupted, so the merge writes NaN and verify's finite check fails."""
@@ -140,7 +135,7 @@ def test_a_final_model_failing_verify_leaves_the_run_succeeded_and_exits_1(lora_
     tensors[name] = torch.full_like(tensors[name], float("nan"))
     save_file(tensors, str(adapter), metadata={"format": "pt"})
     done = subprocess.run([sys.executable, "-m", "thub.checkpoint.export", str(copy), str(tmp_path / "hf")],
-                          capture_output=True, text=True, env=_environ(), timeout=900)
+                          capture_output=True, text=True, env=thub.environ(), timeout=900)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "export FAILED" in done.stdout and "finite" in done.stdout and "Traceback" not in done.stderr
     written = json.loads((copy / "result.json").read_text())

@@ -5,11 +5,10 @@ checkpoint does not save, e.g. Llama's rotary ``inv_freq``); a consolidated outp
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,27 +18,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_module("torch", "safetensors",
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def thub(*args: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
-    environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"thub-export-tests-{os.getpid()}")
-    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=environ,
-                          timeout=900)
+#: a thub subprocess (the ``thub`` fixture of tests/conftest.py)
+Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture(scope="module")
-def consolidated(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(the FSDP2 DCP checkpoint of the tiny model from 2 gloo processes, its consolidated HF folder)."""
-    root = tmp_path_factory.mktemp("fsdp2-source")
-    dcp = root / "dcp"
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "write_fsdp2_dcp.py"), "--model", str(tiny_model),
-                           "--out", str(dcp), "--nproc", "2"], capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-3000:]
-    done = thub("checkpoint", "consolidate", str(dcp), "--out", str(root / "hf"), "--base", str(tiny_model))
+def consolidated(fsdp2_dcp: Path, tiny_model: Path, thub: Run,
+                 tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the session's FSDP2 DCP checkpoint of the tiny model from 2 gloo processes, its consolidated HF folder)."""
+    hf = tmp_path_factory.mktemp("fsdp2-source") / "hf"
+    done = thub("checkpoint", "consolidate", str(fsdp2_dcp), "--out", str(hf), "--base", str(tiny_model))
     assert done.returncode == 0, done.stderr
-    return dcp, root / "hf"
+    return fsdp2_dcp, hf
 
 
-def test_verify_source_compares_logits_with_the_dcp_checkpoint(consolidated: tuple[Path, Path]) -> None:
+def test_verify_source_compares_logits_with_the_dcp_checkpoint(consolidated: tuple[Path, Path], thub: Run) -> None:
     dcp, hf = consolidated
     done = thub("checkpoint", "verify", str(hf), "--source", str(dcp), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -49,7 +42,8 @@ def test_verify_source_compares_logits_with_the_dcp_checkpoint(consolidated: tup
     assert logits["ok"] is True and "loaded by its own library" in logits["message"], logits
 
 
-def test_verify_source_fails_on_a_changed_tensor(consolidated: tuple[Path, Path], tmp_path: Path) -> None:
+def test_verify_source_fails_on_a_changed_tensor(consolidated: tuple[Path, Path], thub: Run,
+                                                 tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
 
     dcp, hf = consolidated

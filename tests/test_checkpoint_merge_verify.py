@@ -5,39 +5,33 @@ refused by ``verify`` with exit 1 and a message naming what is wrong (issue 27's
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from conftest import ExportedLoraRun  # tests/conftest.py
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_module("peft", "safetensors"), pytest.mark.needs_backend("trl")]
 
 
-def thub(*args: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
-    # a cache of this test process's own: ~/.cache/thub is shared with every checkout using this venv
-    environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"thub-checkpoint-tests-{os.getpid()}")
-    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=environ,
-                          timeout=900)
+#: a thub subprocess (the ``thub`` fixture of tests/conftest.py)
+Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture(scope="module")
-def lora_run(tiny_model: Path, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A trl lora_sft run of 3 steps with a checkpoint at step 2 (an adapter in checkpoints/checkpoint-2)."""
-    out = tmp_path_factory.mktemp("lora") / "run"
-    done = thub("train", "lora_sft", "--backend", "trl", "--model-path", str(tiny_model), "--data-path",
-                str(demo_data / "chat.jsonl"), "--ckpt-output-dir", str(out), "--max-steps", "3", "--lora-r", "4",
-                "--learning-rate", "5e-2", "--save-steps", "2")
-    assert done.returncode == 0, done.stderr
-    return out
+def lora_run(trl_lora_run: ExportedLoraRun) -> Path:
+    """The session's trl lora_sft run of 3 steps with a checkpoint at step 2 (an adapter in
+    checkpoints/checkpoint-2), tests/conftest.py."""
+    return trl_lora_run.run
 
 
 @pytest.fixture(scope="module")
-def merged(lora_run: Path) -> Path:
+def merged(lora_run: Path, thub: Run) -> Path:
     out = lora_run.parent / "merged"
     done = thub("checkpoint", "merge", str(lora_run / "final"), "--out", str(out), "--json")
     assert done.returncode == 0, done.stderr
@@ -46,12 +40,12 @@ def merged(lora_run: Path) -> Path:
     return out
 
 
-def _verify(folder: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+def _verify(thub: Run, folder: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     done = thub("checkpoint", "verify", str(folder), "--json", *extra)
     return done, json.loads(done.stdout)
 
 
-def test_the_run_lists_its_adapters_and_names_its_final_model(lora_run: Path) -> None:
+def test_the_run_lists_its_adapters_and_names_its_final_model(thub: Run, lora_run: Path) -> None:
     result = json.loads((lora_run / "result.json").read_text())
     assert result["final_model"]["layout"] == "peft-adapter" and result["final_model"]["loadable"] is False
     assert result["final_model"]["next"] == f"thub checkpoint merge {lora_run / 'final'} --out DIR"
@@ -84,8 +78,8 @@ def test_merge_is_peft_merge_and_unload(lora_run: Path, merged: Path, tiny_model
     assert record["adapter"] == str(lora_run / "final") and record["base"] == str(tiny_model)
 
 
-def test_verify_passes_every_check_on_the_merge(merged: Path) -> None:
-    done, report = _verify(merged)
+def test_verify_passes_every_check_on_the_merge(thub: Run, merged: Path) -> None:
+    done, report = _verify(thub, merged)
     assert done.returncode == 0, done.stderr
     checks = {c["check"]: c for c in report["checks"]}
     assert [c["check"] for c in report["checks"]] == ["complete", "config", "shapes", "finite", "tokenizer", "logits"]
@@ -94,7 +88,7 @@ def test_verify_passes_every_check_on_the_merge(merged: Path) -> None:
     assert report["tolerance"]["value"] == 1e-4 and report["ok"] is True
 
 
-def test_verify_fails_on_a_nan_tensor(merged: Path, tmp_path: Path) -> None:
+def test_verify_fails_on_a_nan_tensor(thub: Run, merged: Path, tmp_path: Path) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -104,7 +98,7 @@ def test_verify_fails_on_a_nan_tensor(merged: Path, tmp_path: Path) -> None:
     name = "model.layers.1.mlp.down_proj.weight"
     tensors[name][0, 3] = float("nan")
     save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
-    done, report = _verify(broken)
+    done, report = _verify(thub, broken)
     assert done.returncode == 1
     assert report["failed"]["check"] == "finite"
     assert f"tensor {name} has 1 non-finite value(s)" in report["failed"]["message"]
@@ -113,7 +107,7 @@ def test_verify_fails_on_a_nan_tensor(merged: Path, tmp_path: Path) -> None:
     assert torch.isnan(load_file(str(broken / "model.safetensors"))[name]).any()  # verify changed nothing
 
 
-def test_verify_fails_on_a_changed_chat_template(merged: Path, tmp_path: Path) -> None:
+def test_verify_fails_on_a_changed_chat_template(thub: Run, merged: Path, tmp_path: Path) -> None:
     broken = tmp_path / "template"
     shutil.copytree(merged, broken)
     template = broken / "chat_template.jinja"
@@ -122,7 +116,7 @@ def test_verify_fails_on_a_changed_chat_template(merged: Path, tmp_path: Path) -
     stripped = text.replace("tool_calls", "no_tool_calls")
     assert stripped != text
     template.write_text(stripped)
-    done, report = _verify(broken)
+    done, report = _verify(thub, broken)
     assert done.returncode == 1, done.stdout
     assert report["failed"]["check"] == "tokenizer"
     assert "the chat template renders the tool-call probe unlike the base" in report["failed"]["message"]
@@ -131,7 +125,7 @@ def test_verify_fails_on_a_changed_chat_template(merged: Path, tmp_path: Path) -
     assert checks["finite"] is True and checks["shapes"] is True  # every check is reported, not only the first
 
 
-def test_verify_text_output_and_dry_run(merged: Path, lora_run: Path) -> None:
+def test_verify_text_output_and_dry_run(thub: Run, merged: Path, lora_run: Path) -> None:
     done = thub("checkpoint", "verify", str(merged))
     assert done.returncode == 0, done.stderr
     assert "logits" in done.stdout and f"{merged}: verified" in done.stdout
@@ -141,7 +135,7 @@ def test_verify_text_output_and_dry_run(merged: Path, lora_run: Path) -> None:
     assert plan["dry_run"] is True and plan["source"] == str(lora_run / "final") and "checks" in plan
 
 
-def test_merge_dry_run_writes_nothing_and_bad_input_exits_2(lora_run: Path, tmp_path: Path) -> None:
+def test_merge_dry_run_writes_nothing_and_bad_input_exits_2(thub: Run, lora_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "never"
     dry = thub("checkpoint", "merge", str(lora_run / "final"), "--out", str(out), "--dry-run")
     assert dry.returncode == 0, dry.stderr
