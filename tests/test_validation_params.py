@@ -115,6 +115,13 @@ def test_llamafactory_names_an_eval_dataset_for_the_held_out_file(held_out: Path
     assert split["val_size"] == 0.25 and "eval_dataset" not in split
 
 
+@pytest.mark.needs_backend("axolotl")
+def test_axolotl_tracks_the_best_checkpoint_of_its_validation_split() -> None:
+    config = plan("axolotl", validation_split=0.25, validation_frequency=3)["translation"]["config"]
+    assert (config["val_set_size"], config["eval_steps"], config["metric_for_best_model"],
+            config["greater_is_better"]) == (0.25, 3, "eval_loss", False)
+
+
 @pytest.mark.parametrize("backend", [
     pytest.param("mini-trainer", marks=pytest.mark.needs_backend("mini-trainer")),
     pytest.param("instructlab-training", marks=pytest.mark.needs_backend("instructlab-training")),

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from thub.backend import UsageError, cuda_visible, optional_training_args, split_batch, world_size
+from thub.backend import (
+    UsageError,
+    cuda_visible,
+    optional_training_args,
+    split_batch,
+    validation_training_args,
+    world_size,
+)
 
 BACKEND = "axolotl"
 #: The axolotl plugin (``axolotl.integrations.base.BasePlugin``) that adds thub's Trainer callback.
@@ -216,8 +223,10 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     config.update(optional_training_args(params))
     if params.get("lr_scheduler") is not None:  # unset: axolotl's own (its schema's cosine)
         config["lr_scheduler"] = params["lr_scheduler"]
-    if not preference and params.get("validation_split"):
-        config.update({"eval_strategy": "steps", "eval_steps": params["validation_frequency"]})
+    if not preference and params.get("validation_split"):  # validation_data_path: not honoured here
+        # eval_strategy/eval_steps, and metric_for_best_model/greater_is_better (axolotl's config keys,
+        # passed to its TrainingArguments): the Trainer's rotation keeps the best checkpoint by eval_loss
+        config.update(validation_training_args(params))
     if not preference and params.get("use_liger"):
         config["plugins"].append(LIGER_PLUGIN)
         config.update({"liger_rope": True, "liger_rms_norm": True, "liger_glu_activation": True,
