@@ -353,3 +353,17 @@ def test_results_of_an_earlier_run_in_the_directory_are_neither_merged_nor_shown
     assert thub_cli("eval", str(run), "--tasks", task, "--limit", "1").exit_code == 0
     document = json.loads((run / "eval" / "memorised.json").read_text())
     assert list(document["models"]) == ["final"] and document["run_created"] == record["created"]
+
+
+def test_best_checkpoint_of_a_validated_trl_run_is_scored(evaluator: Any, thub_cli: Any, tiny_model: Path,
+                                                          data: Path, tmp_path: Path) -> None:
+    # result.json's best_checkpoint as the run writes it (held-out eval_loss), not one written by hand
+    run = _train("sft", tiny_model, data, tmp_path / "run", "--validation-data-path", str(data / "train.jsonl"),
+                 "--validation-frequency", "3")
+    best = json.loads((run / "result.json").read_text())["best_checkpoint"]
+    assert best["metric"] == "eval_loss" and best["step"] in (3, 6)
+    done = thub_cli("eval", str(run), "--tasks", str(data / "memorised.jsonl"), "--checkpoints", "best",
+                    "--limit", "1", "--json")
+    assert done.exit_code == 0, done.stderr
+    entry = done.json()["results"]["memorised"]["models"][f"checkpoint-{best['step']}"]
+    assert entry["model_path"] == best["path"] and entry["best"] is True and entry["samples"] == 1
