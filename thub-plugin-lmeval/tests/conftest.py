@@ -37,10 +37,12 @@ def chat_rows(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def tasks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """``{"capitals": capitals.jsonl (prompt/answer rows), "unrelated": unrelated.jsonl}``."""
+    """``{"capitals": capitals.jsonl (prompt/answer rows), "unrelated": unrelated.jsonl, "train":
+    train.jsonl (CAPITALS as chat rows, to train on)}``."""
     folder = tmp_path_factory.mktemp("tasks")
     return {"capitals": write_jsonl(folder / "capitals.jsonl", task_rows(CAPITALS)),
-            "unrelated": write_jsonl(folder / "unrelated.jsonl", task_rows(UNRELATED))}
+            "unrelated": write_jsonl(folder / "unrelated.jsonl", task_rows(UNRELATED)),
+            "train": write_jsonl(folder / "train.jsonl", chat_rows(CAPITALS))}
 
 
 @pytest.fixture(scope="session")

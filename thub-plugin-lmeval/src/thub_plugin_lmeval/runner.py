@@ -10,8 +10,13 @@ recording the exact arguments, so ``arguments["command"]`` reruns it with ``lm_e
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -219,6 +224,30 @@ def _write_samples(out: dict[str, Any], planned: list[_Planned], folder: Path) -
                 handle.write(json.dumps(row, default=handle_non_serializable, ensure_ascii=False) + "\n")
 
 
+@contextmanager
+def _quiet_pool_workers() -> Iterator[None]:
+    """lm-eval bootstraps stderrs in a forked ``multiprocessing.Pool`` and terminates it with
+    SIGTERM; the workers inherit the caller's SIGTERM handler (``thub``'s raises Interrupted) and
+    each would print a traceback. In a forked child the signal just ends it; in this process the
+    caller's handler still runs."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    parent = os.getpid()
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() != parent:
+            os._exit(128 + signum)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def evaluate(request: EvalRequest) -> list[TaskScore]:
     """Score ``request.model_path`` on ``request.tasks`` with lm-evaluation-harness; one
     :class:`TaskScore` per task, in order. Per-sample logs go to ``work_dir/samples/<task>.jsonl``."""
@@ -246,7 +275,7 @@ def evaluate(request: EvalRequest) -> list[TaskScore]:
     offline = hub.offline_by_choice()
     if named and offline is None:
         offline = hub.probe()
-    with hub.offline_mode(offline if named else None):
+    with hub.offline_mode(offline if named else None), _quiet_pool_workers():
         objects = [obj for item in planned for obj in _load(task_manager, item, offline)]
         seed = [request.seed] * 4  # python, numpy, torch, few-shot: lm-eval's --seed slots
         arguments: dict[str, Any] = {
