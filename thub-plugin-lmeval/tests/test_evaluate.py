@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from thub.errors import UsageError
-from thub.evaluate import EvalRequest, EvalTask, TaskScore
 from thub_plugin_lmeval.runner import evaluate
+
+from thub.evaluate import EvalRequest, EvalTask, TaskScore
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from thub_plugin_lmeval.runner import evaluate
 
 from thub.errors import UsageError
 from thub.evaluate import EvalRequest, EvalTask
-from thub_plugin_lmeval.runner import evaluate
 
 
 def jsonl_request(model: Path, task: Path, work: Path, **options: object) -> EvalRequest:

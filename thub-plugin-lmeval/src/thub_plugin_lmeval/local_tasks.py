@@ -38,7 +38,7 @@ def _row(row: Any, where: str, problems: Problems) -> dict[str, str] | None:
     ok = True
     for key in ("prompt", "answer"):
         if key not in row:
-            problems.error(where, key, f"missing; expected a string (a row is {{\"prompt\": ..., \"answer\": ...}} "
+            problems.error(where, key, "missing; expected a string (a row is {\"prompt\": ..., \"answer\": ...} "
                                        "or {\"messages\": [...]})", kind=key)
             ok = False
         elif not _text(row[key]):
