@@ -156,11 +156,28 @@ class BaseParams(BaseModel):
                                          help="Keep only the newest N complete checkpoints, deleting older ones "
                                               "after each save; the one --resume would use, the final model and "
                                               "the best one are always kept (unset: keep all).")
+    checkpoint_storage: str | None = param(
+        core_applied=True, group="core",
+        help="Mirror every complete checkpoint to this URI (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, file:///PATH), "
+             "a completion marker written last; --resume continues from the newest complete one, local or "
+             "remote (docs/checkpoints.md#mirror-checkpoint_storage).")
     export: str | None = param(path=True, core_applied=True, group="core",
                                help="After a successful run, make the final model a verified, self-contained "
                                     "Hugging Face folder here: merge an adapter, consolidate a sharded "
                                     "checkpoint or copy an HF model, then verify it (result.json export; "
                                     "docs/checkpoints.md).")
+    eval: list[str] | None = param(core_applied=True, group="core",
+                                   help="After a successful run (and its export), score the final model (the "
+                                        "export folder when there is one) on these tasks: harness task names or "
+                                        "local task files (RUN_DIR/eval/, result.json eval; docs/eval.md).")
+    eval_base: bool = param(False, core_applied=True, group="core",
+                            help="With eval: also score the base model, for tuned-minus-base deltas.")
+    push: str | None = param(core_applied=True, group="core",
+                             help="After a successful run (its export and eval), publish the export folder (or an "
+                                  "HF final model) with its model card: hf://ORG/NAME[@BRANCH], mlflow://NAME, "
+                                  "s3://, gs://, file:/// (thub checkpoint push; docs/checkpoints.md).")
+    push_public: bool = param(False, core_applied=True, group="core",
+                              help="With push to hf://: make the Hub repo public (default: private).")
     trust_remote_code: bool = param(False, group="core", help="Allow model code from the model repository.")
     gradient_checkpointing: bool | None = param(group="core",
                                                 help="Trade compute for memory by recomputing activations.")
@@ -218,6 +235,14 @@ class BaseParams(BaseModel):
         extra = cls.model_fields[info.field_name].json_schema_extra if info.field_name else None
         return expand_path(value) if isinstance(extra, dict) and extra.get("path") else value
 
+    @field_validator("checkpoint_storage")
+    @classmethod
+    def _storage_uri(cls, value: str | None) -> str | None:
+        """A URI with its fsspec driver installed (:func:`thub.runner.mirror.check_storage_uri`)."""
+        from thub.runner.mirror import check_storage_uri
+
+        return None if value is None else check_storage_uri(value)
+
     @model_validator(mode="after")
     def _some_data(self) -> BaseParams:
         if not self.data_path and not self.datasets:
@@ -225,8 +250,12 @@ class BaseParams(BaseModel):
         sources = len(self.datasets or ()) + bool(self.data_path)
         if self.mix_probabilities and self.datasets and len(self.mix_probabilities) != sources:
             raise ValueError("mix_probabilities needs one weight per dataset (data_path counts as the first)")
-        if self.export and not self.save_final_checkpoint:
-            raise ValueError("export needs the final model: save_final_checkpoint is false")
+        for step in ("export", "eval", "push"):  # the post-run steps (thub.runner.poststeps)
+            if getattr(self, step) and not self.save_final_checkpoint:
+                raise ValueError(f"{step} needs the final model: save_final_checkpoint is false")
+        for option, step in (("eval_base", "eval"), ("push_public", "push")):
+            if getattr(self, option) and not getattr(self, step):
+                raise ValueError(f"{option} changes nothing without {step}")
         if self.save_steps and self.checkpoint_at_epoch:
             # HF Trainer (trl, unsloth, LLaMA-Factory, axolotl) has one save_strategy: one of the two would
             # be dropped without a word there; refused on every backend so a config means one thing

@@ -70,29 +70,43 @@ def status_data(run_dir: str) -> dict[str, Any]:
     return {"run_dir": str(directory.path), "algorithm": record.get("algorithm"), "backend": record.get("backend"),
             "launcher": launch.get("launcher", "local"), "cluster": launch.get("cluster"), "status": status,
             "jobs": listed, "progress": _progress(directory), "result": result, "trackers": _trackers(directory),
-            "export": _export_step(record, result, listed)}
+            "steps": (steps := _post_steps(record, result, listed)), "export": _export_step(steps)}
 
 
-def _export_step(record: dict[str, Any], result: dict[str, Any] | None,
-                 jobs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The run's export step (``--export DIR``), None without one: its folder, its SLURM job (the
-    last of the chain, :func:`thub.launch.slurm.sbatch_commands`) and state, and its outcome
-    (``result.json``'s ``export``; None until the step has written it)."""
-    path = ((record.get("parameters") or {}).get("export") or {}).get("value")
-    if not path:
-        return None
-    job = jobs[-1] if jobs else {}
-    return {"path": path, "job_id": job.get("job_id"), "state": job.get("state"),
-            "outcome": (result or {}).get("export")}
+def _post_steps(record: dict[str, Any], result: dict[str, Any] | None,
+                jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's post-run steps (export, eval, push: :data:`thub.runner.poststeps.STEPS`, turned on
+    by the recorded parameters), each with its SLURM job (the last jobs of the chain, one per step,
+    in order: :func:`thub.launch.slurm.sbatch_commands`) and state, and its outcome (None until the
+    step has recorded one)."""
+    from thub.runner.poststeps import enabled
+
+    values = {name: entry.get("value") for name, entry in (record.get("parameters") or {}).items()
+              if isinstance(entry, dict)}
+    steps = enabled(values)
+    step_jobs: list[dict[str, Any]] = jobs[-len(steps):] if jobs and len(jobs) > len(steps) else []
+    return [{"name": step.name, "param": values[step.param],
+             "job_id": step_jobs[i].get("job_id") if step_jobs else None,
+             "state": step_jobs[i].get("state") if step_jobs else None, "outcome": step.outcome(result)}
+            for i, step in enumerate(steps)]
+
+
+def _export_step(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The export step (``--export DIR``) as ``runs status --json`` has always shown it (None without one)."""
+    for step in steps:
+        if step["name"] == "export":
+            return {"path": step["param"], "job_id": step["job_id"], "state": step["state"],
+                    "outcome": step["outcome"]}
+    return None
 
 
 def _ended(data: dict[str, Any]) -> bool:
     """Whether ``thub runs wait`` is done: the run's jobs have ended (or it has a result and nothing
-    runs any more), and a SLURM export step has written its outcome or its job ended without one
-    (cancelled because training did not succeed, or killed)."""
-    jobs, export = data["jobs"], data["export"]
-    if export and export["job_id"]:
-        return export["outcome"] is not None or export["state"] in _ENDED
+    runs any more), and every SLURM post-run step has written its outcome or its job ended without
+    one (cancelled because training or an earlier step did not succeed, or killed)."""
+    jobs, steps = data["jobs"], [s for s in data["steps"] if s["job_id"]]
+    if steps:
+        return all(s["outcome"] is not None or s["state"] in _ENDED for s in steps)
     if jobs and all(j.get("state") in _ENDED for j in jobs):
         return True
     if not jobs:
@@ -101,18 +115,32 @@ def _ended(data: dict[str, Any]) -> bool:
     return data["status"] == "succeeded" and not any(j.get("state") in ("RUNNING", "COMPLETING") for j in jobs)
 
 
-def _export_line(export: dict[str, Any], status: str) -> str:
-    """The export step's outcome in one line (what ``thub train`` prints after the step)."""
-    from thub.checkpoint.export import describe
+def _step_line(step: dict[str, Any], status: str, earlier_failed: str | None) -> str:
+    """A post-run step's outcome in one line (what ``thub train`` prints after the step)."""
+    from thub.runner.poststeps import describe
 
-    if export["outcome"] is not None:
-        return describe(export["outcome"])
+    name, target = step["name"], step["param"] if step["name"] != "eval" else ", ".join(step["param"])
+    if step["outcome"] is not None:
+        return describe(name, step["outcome"])
     if status != "succeeded":
-        return f"export: not run: the run's status is {status}"
-    if export["job_id"]:
-        return (f"export FAILED: {export['path']}: the export job {export['job_id']} ended {export['state']} without "
-                f"an outcome (see logs/slurm-export-{export['job_id']}.out)")
-    return f"export FAILED: {export['path']}: result.json has no export outcome (the run may still be exporting)"
+        return f"{name}: not run: the run's status is {status}"
+    if earlier_failed:
+        return f"{name}: not run: the {earlier_failed} step failed"
+    if step["job_id"]:
+        return (f"{name} FAILED: {target}: the {name} job {step['job_id']} ended {step['state']} without "
+                f"an outcome (see logs/slurm-{name}-{step['job_id']}.out)")
+    return f"{name} FAILED: {target}: result.json has no {name} outcome (the run may still be running it)"
+
+
+def _step_lines(data: dict[str, Any]) -> list[tuple[bool, str]]:
+    """Each post-run step's (succeeded, line), in order."""
+    lines, failed = [], None
+    for step in data["steps"]:
+        ok = bool((step["outcome"] or {}).get("ok"))
+        lines.append((ok, _step_line(step, data["status"], failed)))
+        if not ok and failed is None:
+            failed = step["name"]
+    return lines
 
 
 def _trackers(directory: Any) -> dict[str, Any]:
@@ -160,12 +188,11 @@ def status(run_dir: str, as_json: bool) -> None:
         out.print(f"tracker: {describe(name, info)}", markup=False, highlight=False)
     if data["result"] and data["result"].get("error"):
         out.print(f"[red]error:[/red] {data['result']['error']}", highlight=False)
-    export = data["export"]
-    if export is not None:
-        pending = export["outcome"] is None and not (export["job_id"] and export["state"] in _ENDED)
-        where = f" (job {export['job_id']}: {export['state']})" if export["job_id"] else ""
-        out.print(f"export: {export['path']}: not done yet{where}" if pending else
-                  _export_line(export, data["status"]), markup=False, highlight=False)
+    for step, (_ok, line) in zip(data["steps"], _step_lines(data), strict=True):
+        pending = step["outcome"] is None and not (step["job_id"] and step["state"] in _ENDED)
+        where = f" (job {step['job_id']}: {step['state']})" if step["job_id"] else ""
+        out.print(f"{step['name']}: not done yet{where}" if pending and data["status"] != "failed" else line,
+                  markup=False, highlight=False)
 
 
 @runs.command()
@@ -209,8 +236,8 @@ def cancel(run_dir: str, dry_run: bool) -> None:
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds (exit 124).")
 @click.option("--json", "as_json", is_flag=True, help="Print the final status as JSON.")
 def wait(run_dir: str, timeout: float | None, as_json: bool) -> None:
-    """Wait until the run's jobs, and its export step (``--export``), have ended; exit 0 only if the
-    run succeeded and, where it has one, its export did too."""
+    """Wait until the run's jobs, and its post-run steps (export, eval, push), have ended; exit 0 only
+    if the run succeeded and every step it has did too."""
     started = time.time()
     while True:
         data = status_data(run_dir)
@@ -221,12 +248,12 @@ def wait(run_dir: str, timeout: float | None, as_json: bool) -> None:
                 emit_json(data)
             sys.exit(124)
         time.sleep(1.0)
-    export = data["export"]
-    ok = data["status"] == "succeeded" and (export is None or bool((export["outcome"] or {}).get("ok")))
+    lines = _step_lines(data)
+    ok = data["status"] == "succeeded" and all(passed for passed, _line in lines)
     if as_json:
         emit_json(data)
     else:
         console().print(f"{data['run_dir']}: {data['status']}", highlight=False)
-        if export is not None:
-            console().print(_export_line(export, data["status"]), markup=False, highlight=False)
+        for _passed, line in lines:
+            console().print(line, markup=False, highlight=False)
     sys.exit(0 if ok else 1)

@@ -68,9 +68,9 @@ def _make_command(algorithm: str) -> click.Command:
                               force_launch=control["force_launch"])
         if control["as_json"]:
             emit_json(result)
-        from thub.checkpoint.export import exit_code
+        from thub.runner.poststeps import exit_code
 
-        sys.exit(exit_code(result))  # 1 also when the training succeeded but its export failed
+        sys.exit(exit_code(result))  # 1 also when training succeeded but a post-run step (export, eval, push) failed
 
     params: list[click.Parameter] = [
         click.Option(["--backend", "-b"],

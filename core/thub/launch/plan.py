@@ -55,6 +55,7 @@ class Plan:
     launch_section: dict[str, Any] = field(default_factory=dict)
     script: str = ""
     export: dict[str, Any] | None = None  # the post-run export step (thub.checkpoint.export.plan_export)
+    post_run: dict[str, Any] | None = None  # the eval and push steps after it (thub.runner.poststeps.plan_steps)
 
     @property
     def local(self) -> bool:
@@ -93,6 +94,8 @@ class Plan:
             data["launch"] = {**self.launch_section, "script": self.script}
         if self.export is not None:
             data["export"] = self.export
+        if self.post_run is not None:
+            data["post_run"] = self.post_run
         return data
 
 
@@ -115,7 +118,10 @@ def plan_for(resolved: ResolvedConfig, launch: LaunchOptions | None = None) -> P
     from thub.checkpoint.export import plan_export
 
     # an export folder that is not empty: refused before training, not after it
-    plan = Plan(resolved, data, translation, launch, export=plan_export(resolved.values(), slurm is not None))
+    from thub.runner.poststeps import plan_steps
+
+    plan = Plan(resolved, data, translation, launch, export=plan_export(resolved.values(), slurm is not None),
+                post_run=plan_steps(resolved.values(), slurm is not None))  # bad eval/push input: before training
     if slurm is not None:
         from thub.launch.slurm import render_script
         from thub.launch.submit import slurm_launch

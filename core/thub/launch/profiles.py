@@ -85,8 +85,11 @@ class ClusterProfile(BaseModel):
     description: str = ""
     scheduler: Literal["slurm"] = "slurm"
     partition: str | None = None
-    export_partition: str | None = Field(None, description="CPU partition of the --export job chained after "
-                                                           "training (unset: the training partition).")
+    export_partition: str | None = Field(None, description="CPU partition of the --export and eval jobs chained "
+                                                           "after training (unset: the training partition).")
+    push_partition: str | None = Field(None, description="Partition with network of the --push job (a login or "
+                                                         "transfer partition; unset: export_partition, else the "
+                                                         "training partition).")
     account: str | None = None
     qos: str | None = None
     reservation: str | None = None
@@ -115,8 +118,8 @@ class ClusterProfile(BaseModel):
     rdzv_join_timeout: int = Field(600, ge=1, description="Seconds torchrun waits for every node to join.")
     submit_retries: int = Field(3, ge=0, description="Retries of a failed sbatch (transient controller errors).")
 
-    @field_validator("partition", "export_partition", "account", "qos", "reservation", "constraint", "gpu_type",
-                     "mem_per_node")
+    @field_validator("partition", "export_partition", "push_partition", "account", "qos", "reservation", "constraint",
+                     "gpu_type", "mem_per_node")
     @classmethod
     def _token(cls, value: str | None) -> str | None:
         if value is not None and not _DIRECTIVE_TOKEN.match(value):

@@ -55,8 +55,13 @@ class SlurmRequest:
     thub_version: str = ""
     workdir: Path | None = None  # where relative data/model paths resolve (the submit directory)
     export: str | None = None  # the export folder: a CPU job chained afterok after training (--export)
+    #: the post-run steps (thub.runner.poststeps.STEPS names, in order), each a CPU job chained afterok;
+    #: empty: export alone where ``export`` is set
+    post_steps: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.export and "export" not in self.post_steps:
+            self.post_steps = ("export", *self.post_steps)
         self.run_dir = Path(self.run_dir)
         self.workdir = Path(self.workdir or self.run_dir)
         if self.nodes < 1 or self.procs_per_node < 1:
@@ -110,6 +115,10 @@ class SlurmRequest:
     def export_script_path(self) -> Path:
         return self.run_dir / "slurm" / EXPORT_SCRIPT_NAME
 
+    def step_script_path(self, name: str) -> Path:
+        """Where the post-run step ``name``'s script is written (``slurm/<name>.sbatch``)."""
+        return self.run_dir / "slurm" / f"{name}.sbatch"
+
 
 def directives(req: SlurmRequest) -> list[str]:
     """The ``#SBATCH`` options (validated tokens only)."""
@@ -139,14 +148,16 @@ def directives(req: SlurmRequest) -> list[str]:
     return lines
 
 
-def _environment(req: SlurmRequest) -> list[str]:
+def _environment(req: SlurmRequest, network: bool = False) -> list[str]:
+    """The script's exports; ``network``: a job on a partition with network (the push job on
+    ``push_partition``), which is not told that the profile's compute nodes are offline."""
     p = req.profile
     q = shlex.quote
     out = [f"export {key}={q(value)}" for key, value in sorted(p.env.items())]
     if p.gpus_per_node:
         out.append('# fewer OOMs from fragmentation; a value set by the preamble or profile wins')
         out.append('export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"')
-    if p.offline:
+    if p.offline and not network:
         out.append("# offline compute nodes: never reach for the hub; loggers write locally instead of crashing")
         out += ["export HF_HUB_OFFLINE=1", "export HF_DATASETS_OFFLINE=1", "export TRANSFORMERS_OFFLINE=1",
                 "export WANDB_MODE=offline", "export HF_HUB_DISABLE_TELEMETRY=1"]
@@ -228,7 +239,7 @@ def render_script(req: SlurmRequest) -> str:
     return "\n".join(lines)
 
 
-def _head(req: SlurmRequest, sbatch: list[str], note: str) -> list[str]:
+def _head(req: SlurmRequest, sbatch: list[str], note: str, network: bool = False) -> list[str]:
     """A script's directives, run directory, interpreter, working directory, preamble, environment and TMPDIR."""
     p = req.profile
     q = shlex.quote
@@ -245,7 +256,7 @@ def _head(req: SlurmRequest, sbatch: list[str], note: str) -> list[str]:
     ]
     if p.preamble:
         lines += ["", f"# --- cluster preamble (profile {p.name!r})", *p.preamble]
-    env = _environment(req)
+    env = _environment(req, network)
     if env:
         lines += ["", "# --- environment", *env]
     tmp = _tmpdir_block(req)
@@ -254,14 +265,17 @@ def _head(req: SlurmRequest, sbatch: list[str], note: str) -> list[str]:
     return lines
 
 
-def export_directives(req: SlurmRequest) -> list[str]:
-    """The export job's ``#SBATCH`` options: one CPU task on one node of the profile's
-    ``export_partition`` (else the training partition), no GPUs, the training job's time limit."""
+def step_directives(req: SlurmRequest, name: str) -> list[str]:
+    """A post-run step's ``#SBATCH`` options: one CPU task on one node of the partition its profile
+    fields name (:data:`thub.runner.poststeps.STEPS`: ``export_partition``, ``push_partition``; none
+    set: the training partition), no GPUs, the training job's time limit."""
+    from thub.runner.poststeps import BY_NAME
+
     p = req.profile
-    lines = [f"--job-name={req.job_name.replace('thub-', 'thub-export-', 1)[:64]}", "--nodes=1", "--ntasks=1",
+    lines = [f"--job-name={req.job_name.replace('thub-', f'thub-{name}-', 1)[:64]}", "--nodes=1", "--ntasks=1",
              f"--cpus-per-task={req.cpus_per_task}", f"--time={req.wall_time}",
-             "--output=logs/slurm-export-%j.out", "--open-mode=append"]
-    partition = p.export_partition or p.partition
+             f"--output=logs/slurm-{name}-%j.out", "--open-mode=append"]
+    partition = next((getattr(p, f) for f in BY_NAME[name].partitions if getattr(p, f)), None) or p.partition
     if partition:
         lines.append(f"--partition={partition}")
     for key in ("account", "qos", "reservation"):
@@ -273,16 +287,44 @@ def export_directives(req: SlurmRequest) -> list[str]:
     return lines
 
 
+def export_directives(req: SlurmRequest) -> list[str]:
+    """The export job's ``#SBATCH`` options (:func:`step_directives` of ``export``)."""
+    return step_directives(req, "export")
+
+
+def render_step_script(req: SlurmRequest, name: str) -> str:
+    """A post-run step's job script: ``python -m ENTRY RUN_DIR [VALUE]`` (the step's entry point,
+    :data:`thub.runner.poststeps.STEPS`) on a CPU node after training and the earlier steps succeeded."""
+    from thub.runner.poststeps import BY_NAME
+
+    step = BY_NAME[name]
+    srun_extra, wrapper = _container(req, gpus=False)
+    launch = " ".join(shlex.quote(a) for a in (["srun", "--ntasks=1", *srun_extra] if srun_extra else wrapper))
+    value = f" {shlex.quote(str(req.export))}" if step.takes_value else ""
+    index = req.post_steps.index(name)
+    after = f"the {req.post_steps[index - 1]} job" if index else "training"
+    # the push job on push_partition has the network the offline compute nodes lack
+    network = name == "push" and bool(req.profile.push_partition)
+    lines = _head(req, step_directives(req, name), f"the {name} job, chained afterok after {after}", network)
+    lines += ["", f"# --- {_STEP_NOTES[name]}",
+              f'{launch + " " if launch else ""}"$PYTHON" -m {" ".join(step.entry)} "$RUN_DIR"{value}', ""]
+    return "\n".join(lines)
+
+
+_STEP_NOTES = {"export": "the final model as a verified Hugging Face folder (result.json export)",
+               "eval": "score the exported (else final) model on the run's eval tasks (RUN_DIR/eval, result.json eval)",
+               "push": "publish the exported (else final) model with its card (result.json push)"}
+
+
 def render_export_script(req: SlurmRequest) -> str:
     """The export job's script (``--export DIR``): ``python -m thub.checkpoint.export RUN_DIR DIR``
     on a CPU node after training succeeded (thub.checkpoint.export)."""
-    srun_extra, wrapper = _container(req, gpus=False)
-    launch = " ".join(shlex.quote(a) for a in (["srun", "--ntasks=1", *srun_extra] if srun_extra else wrapper))
-    lines = _head(req, export_directives(req), "the export job, chained afterok after training")
-    lines += ["", "# --- the final model as a verified Hugging Face folder (result.json export)",
-              f'{launch + " " if launch else ""}"$PYTHON" -m thub.checkpoint.export "$RUN_DIR" '
-              f"{shlex.quote(str(req.export))}", ""]
-    return "\n".join(lines)
+    return render_step_script(req, "export")
+
+
+def step_scripts(req: SlurmRequest) -> dict[str, str]:
+    """Every post-run step's script, by step, in order (what ``--dry-run`` shows and writes)."""
+    return {name: render_step_script(req, name) for name in req.post_steps}
 
 
 def sbatch_commands(req: SlurmRequest) -> list[list[str]]:
@@ -291,9 +333,10 @@ def sbatch_commands(req: SlurmRequest) -> list[list[str]]:
     first = ["sbatch", "--parsable", script]
     chained = ["sbatch", "--parsable", "--dependency=afterany:{prev}", "--kill-on-invalid-dep=yes", script]
     commands = [first] + [list(chained) for _ in range(req.max_restarts)]
-    if req.export:  # after the last job of the chain: it ends 0 only when the run finished
+    # after the last job of the chain (it ends 0 only when the run finished), each step after the one before
+    for name in req.post_steps:
         commands.append(["sbatch", "--parsable", "--dependency=afterok:{prev}", "--kill-on-invalid-dep=yes",
-                         str(req.export_script_path)])
+                         str(req.step_script_path(name))])
     return commands
 
 
@@ -339,9 +382,9 @@ def write_script(req: SlurmRequest) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_script(req))
     path.chmod(0o755)
-    if req.export:
-        req.export_script_path.write_text(render_export_script(req))
-        req.export_script_path.chmod(0o755)
+    for name, text in step_scripts(req).items():
+        req.step_script_path(name).write_text(text)
+        req.step_script_path(name).chmod(0o755)
     return path
 
 

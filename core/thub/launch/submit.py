@@ -30,6 +30,7 @@ def slurm_request(resolved: Any, options: LaunchOptions) -> Any:
     """The :class:`~thub.launch.slurm.SlurmRequest` for a resolved run."""
     from thub import __version__
     from thub.launch.slurm import SlurmRequest
+    from thub.runner.poststeps import enabled
 
     profile = options.profile()
     values = resolved.values()
@@ -39,7 +40,7 @@ def slurm_request(resolved: Any, options: LaunchOptions) -> Any:
         procs_per_node=int(values.get("nproc_per_node") or 1), time=options.time,
         max_restarts=options.max_restarts, python=profile.python or sys.executable,
         launcher=resolved.backend.launcher, thub_version=__version__, workdir=Path.cwd(),
-        export=values.get("export"),
+        export=values.get("export"), post_steps=tuple(step.name for step in enabled(values)),
     )
 
 
@@ -52,6 +53,11 @@ def _warnings(resolved: Any, profile: Any) -> list[str]:
     uri = str(values.get("mlflow_tracking_uri") or "")
     if profile.offline and uri.startswith(("http://", "https://")):
         notes.append(f"cluster {profile.name!r} is offline: mlflow_tracking_uri {uri} will not be reachable")
+    push = str(values.get("push") or "")
+    if profile.offline and push and not push.startswith("file://") and not profile.push_partition:
+        notes.append(f"cluster {profile.name!r} is offline and names no push_partition: the push job runs on "
+                     f"{profile.export_partition or profile.partition or 'the default partition'} without network "
+                     f"(HF_HUB_OFFLINE=1); add a login/transfer partition as push_partition")
     return notes
 
 
@@ -64,7 +70,10 @@ def slurm_launch(resolved: Any, options: LaunchOptions) -> tuple[Any, dict[str, 
     section = {"launcher": "slurm", "cluster": request.profile.name, "nodes": request.nodes,
                "procs_per_node": request.procs_per_node, "agents": request.agents, "time": request.wall_time,
                "max_restarts": request.max_restarts, "script_path": str(request.script_path),
-               "sbatch": slurm.sbatch_commands(request), "warnings": _warnings(resolved, request.profile)}
+               "sbatch": slurm.sbatch_commands(request), "warnings": _warnings(resolved, request.profile),
+               # the post-run steps' jobs (thub.runner.poststeps), the last of launch.job_ids, in this order
+               "post_steps": [{"name": name, "script_path": str(request.step_script_path(name)), "script": text}
+                              for name, text in slurm.step_scripts(request).items()]}
     return request, section
 
 
@@ -95,6 +104,10 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
         import click
 
         click.echo(plan.script)  # verbatim: no wrapping or markup, so it can be copied as is
+        for name, text in slurm.step_scripts(request).items():  # export -> eval -> push, each chained afterok
+            out.print(f"\n[bold]SLURM {name} script[/bold] (written to {request.step_script_path(name)}):\n",
+                      highlight=False)
+            click.echo(text)
         for argv in launch["sbatch"]:
             click.echo("$ " + shlex.join(argv))
         for note in notes:

@@ -40,6 +40,7 @@ from thub.surface import option
 
 if TYPE_CHECKING:
     from thub.launch.plan import Plan
+    from thub.runner.mirror import Mirror
 
 POLL_SECONDS = 0.2
 
@@ -116,6 +117,7 @@ class _Supervisor:
         self.killed_by_signal: int | None = None  # the second signal that stopped the child at once
         self.log_offset = 0  # where this attempt's section of the log starts
         self.peak_kib: int | None = None  # the child's peak resident memory, sampled while it runs
+        self.mirror: Mirror | None = None  # checkpoint_storage's upload worker (thub.runner.mirror)
 
     def fire(self, kind: str, data: dict[str, Any]) -> None:
         try:
@@ -137,6 +139,8 @@ class _Supervisor:
         for event in self.events.poll():
             self.checkpoints.append({"path": event["path"], "step": event["step"]})
             self.fire("checkpoint", {"path": event["path"], "step": event["step"]})
+            if self.mirror is not None:  # queued for upload beside training: never blocks this loop
+                self.mirror.offer(event["path"], event["step"])
 
     def _start_log_section(self) -> None:
         """Note where this attempt starts in the (appended) log, and mark it for readers."""
@@ -289,10 +293,10 @@ def run_training(
 
             shutil.rmtree(run_dir.path, ignore_errors=True)
         raise DataMismatch(result["error"])
-    if params.get("export") and result.get("role") != "worker":  # the final model as a verified HF folder
-        from thub.checkpoint.export import export_after_run
+    from thub.runner.poststeps import enabled, run_after
 
-        result = export_after_run(run_dir.path, result, params["export"], params["model_path"], quiet=quiet_json)
+    if enabled(params) and result.get("role") != "worker":  # export -> eval -> push (thub.runner.poststeps)
+        result = run_after(run_dir.path, result, params, quiet=quiet_json)
     return result
 
 
@@ -383,10 +387,16 @@ def _supervise(resolved: ResolvedConfig, run_dir: RunDirectory, command: list[st
     progress = Progress(enabled=not quiet_json)
     supervisor = _Supervisor(resolved, run_dir, progress, signals, lock)
     started = time.time()
+    storage = resolved.values().get("checkpoint_storage") if head else None
+    if storage:
+        from thub.runner.mirror import Mirror
+
+        supervisor.mirror = Mirror(storage, run_dir.path)
     supervisor.fire("started", {"resume_from": resume_from, "command": command_line})
     with progress:
         progress.kept(supervisor.kept)  # the steps an earlier attempt trained, said once: not shown as trained now
         code, stopped = supervisor.run(command)
+    mirrored = supervisor.mirror.finish() if supervisor.mirror is not None else None  # bounded wait, reported
 
     result = read_json(run_dir.result)
     if not head:
@@ -443,6 +453,9 @@ def _supervise(resolved: ResolvedConfig, run_dir: RunDirectory, command: list[st
     if result["status"] == "interrupted" and not result.get("reason") and supervisor.signals:
         name = signal.Signals(supervisor.signals[0]).name
         result["reason"] = f"stopped by {name} (checkpoint and stop at the next step boundary)"
+    if mirrored is not None and supervisor.mirror is not None:  # failed uploads: warnings, never a failed run
+        result["checkpoint_storage"] = mirrored
+        result["warnings"] = [*(result.get("warnings") or []), *supervisor.mirror.warnings]
     # the run's fields, redaction and the atomic write: shared with an orphaned child (thub.runner.child)
     result = write_result(run_dir, result, started=started, model_path=resolved.values()["model_path"],
                           checkpoints=supervisor.checkpoints, last_metrics=supervisor.last_metrics)
