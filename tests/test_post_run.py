@@ -120,3 +120,13 @@ def test_bad_push_and_eval_input_is_exit_2_before_training(thub: Any, tiny_model
     assert done.returncode == 2, done.stdout + done.stderr
     assert said.format(data=data) in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (data / "run").exists()  # nothing written: refused before training
+
+
+def test_compare_refuses_one_push_target_for_every_backend(thub: Any, tiny_model: Path, data: Path) -> None:
+    """thub compare trains each backend into its own directory: one push target for all is refused first."""
+    out = data / "cmp"
+    done = thub("compare", "sft", "--backends", "trl,llamafactory", "--out", str(out), "--set",
+                f"model_path={tiny_model}", "--set", f"data_path={data / 'train.jsonl'}", "--set",
+                f"push=file://{data / 'pushed'}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "expected no push target in thub compare" in done.stderr and not out.exists()

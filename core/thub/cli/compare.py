@@ -103,6 +103,11 @@ def compare_backends(algorithm: str, backends: list[str], *, config: str | None,
         raise UsageError(f"export: expected no export folder in thub compare (each backend's model would go to "
                          f"{exported}), found one; export the run you keep with thub checkpoint merge/consolidate "
                          "or a thub train --export of its own")
+    pushed = next((r.values()["push"] for r in resolved.values() if r.values().get("push")), None)
+    if pushed:  # every backend's model would be published to the same target (the second push refused)
+        raise UsageError(f"push: expected no push target in thub compare (each backend's model would go to "
+                         f"{pushed}), found one; push the run you keep with thub checkpoint push or a thub train "
+                         "--push of its own")
     from thub.launch.plan import plan_for
 
     plans = {b: plan_for(r) for b, r in resolved.items()}  # each one's data gate and translation, too
