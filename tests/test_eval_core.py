@@ -267,6 +267,8 @@ def test_an_adapter_is_merged_first_and_cached(evaluator: Any, thub_cli: Any, lo
     assert models["final"]["metrics"]["loglik"] != models["base"]["metrics"]["loglik"]  # the adapter was merged
     again = thub_cli("eval", str(lora_run), "--tasks", task)
     assert again.exit_code == 0 and "using the merged model cached" in again.stderr
+    listed = thub_cli("checkpoint", "ls", str(lora_run), "--json").json()  # the cached merge is not a checkpoint
+    assert not [c for c in listed["checkpoints"] if "/eval/" in c["path"]], listed
 
 
 def test_a_changed_chat_template_is_refused_with_both_differences_unless_allowed(evaluator: Any, thub_cli: Any,
@@ -367,3 +369,22 @@ def test_best_checkpoint_of_a_validated_trl_run_is_scored(evaluator: Any, thub_c
     assert done.exit_code == 0, done.stderr
     entry = done.json()["results"]["memorised"]["models"][f"checkpoint-{best['step']}"]
     assert entry["model_path"] == best["path"] and entry["best"] is True and entry["samples"] == 1
+
+
+def test_a_base_typed_relative_to_where_training_ran_is_found_from_anywhere(evaluator: Any, thub_cli: Any,
+                                                                            sft_run: Path, tiny_model: Path,
+                                                                            data: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    record = json.loads((sft_run / "thub_run.json").read_text())
+    assert record["working_dir"] == os.getcwd()  # the training subprocess ran here
+    copy = _copy_run(sft_run, tmp_path)
+    # as if trained with --model-path model from tiny_model's parent folder
+    record["working_dir"] = str(tiny_model.parent)
+    record["parameters"]["model_path"]["value"] = tiny_model.name
+    (copy / "thub_run.json").write_text(json.dumps(record))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    done = thub_cli("eval", str(copy), "--tasks", str(data / "memorised.jsonl"), "--base", "--dry-run", "--json")
+    assert done.exit_code == 0, done.stderr
+    assert done.json()["models"][0]["model_path"] == str(tiny_model)

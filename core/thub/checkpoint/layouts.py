@@ -54,7 +54,8 @@ _DS_OPTIM = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states
 _VERL_SHARD = re.compile(r"model_world_size_(\d+)_rank_(\d+)\.pt$")
 _FSDP_BIN = re.compile(r"pytorch_model_fsdp(?:_(\d+))?(?:_rank(\d+))?\.bin$")
 #: folders never searched for checkpoints (thub's own files, caches)
-_SKIP = {"logs", "thub_data", "slurm", "wandb", ".cache", "__pycache__", "mlruns"}
+# eval/: thub eval's merged copies of adapters (RUN_DIR/eval/models/LABEL), not checkpoints of the run
+_SKIP = {"logs", "thub_data", "slurm", "wandb", ".cache", "__pycache__", "mlruns", "eval"}
 
 
 @dataclass

@@ -128,6 +128,10 @@ def read_run(path: str | Path, registry: Any) -> RunInfo:
     result = _read_json(run / "result.json")
     kind, chat = _data_kind(run, record, registry)
     base = _parameter(record, "model_path")
+    if isinstance(base, str) and not Path(base).is_absolute() and isinstance(record.get("working_dir"), str):
+        # a path typed relative to where training ran means that folder, wherever thub eval runs
+        launched = Path(record["working_dir"]) / base
+        base = str(launched) if launched.exists() else base
     seq = _parameter(record, "max_seq_len")
     return RunInfo(run, record, result, str(base) if base else None,
                    seq if isinstance(seq, int) and not isinstance(seq, bool) else None, chat, kind)

@@ -9,6 +9,7 @@ the child. A local run (:mod:`thub.runner.supervisor`) and a SLURM submission
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -54,6 +55,8 @@ def build_record(resolved: ResolvedConfig, command_line: list[str], resume_from:
             "python": sys.version.split()[0],
         },
         "command_line": command_line,
+        # the folder relative paths in the parameters mean something in (thub eval --base, the model card)
+        "working_dir": os.getcwd(),
         "resume_from": resume_from,
         "created": time.time(),
     }
@@ -161,8 +164,10 @@ def _unprepare(run_dir: RunDirectory, created: bool, resumed: bool) -> None:
 
 def _resume_point(run_dir: RunDirectory, resolved: ResolvedConfig) -> str | None:
     """The newest complete checkpoint, saying which newer ones were passed over and where the
-    run continues ("resuming from checkpoint-9 (step 9 of 32)"); the metrics lines logged after
-    it (all of them without a checkpoint) are dropped, so each step is logged once."""
+    run continues ("resuming from checkpoint-9 (step 9 of 32)"); with ``checkpoint_storage`` the
+    newest complete one local or remote, a remote one fetched into ``checkpoints/`` first and said
+    (:mod:`thub.runner.mirror_resume`). The metrics lines logged after it (all of them without a
+    checkpoint) are dropped, so each step is logged once."""
     from thub.ui.output import console
 
     found, skipped = run_dir.resume_point()
@@ -170,11 +175,26 @@ def _resume_point(run_dir: RunDirectory, resolved: ResolvedConfig) -> str | None
     for path, problem in skipped:
         out.print(f"warning: {path} is not a complete checkpoint ({problem}); skipped", markup=False,
                   highlight=False)
+    storage = resolved.values().get("checkpoint_storage")
+    origin = ""
+    if storage:  # the newest complete one, local or remote (thub.runner.mirror_resume)
+        from thub.runner.mirror_resume import newer_remote
+
+        def say(line: str) -> None:
+            out.print(line, markup=False, highlight=False)
+
+        fetched = newer_remote(storage, run_dir.checkpoints, found[1] if found else None, say=say)
+        if fetched is not None:
+            local = f"the newest local one is {found[0].name}" if found else "there is no complete local one"
+            origin = f", fetched from {fetched[2]} ({local})"
+            found = (fetched[0], fetched[1])
+        else:
+            origin = " (local; checkpoint_storage holds none newer)" if found else ""
     if found:
         total = _total_steps(run_dir, found, resolved.values())
-        newest = ", the newest complete checkpoint" if skipped else ""
-        out.print(f"resuming from {found[0].name} (step {found[1]}{f' of {total}' if total else ''}){newest}",
-                  markup=False, highlight=False)
+        newest = ", the newest complete checkpoint" if skipped and not origin.startswith(",") else ""
+        out.print(f"resuming from {found[0].name} (step {found[1]}{f' of {total}' if total else ''}){newest}"
+                  f"{origin}", markup=False, highlight=False)
         truncate_after(run_dir.metrics, found[1])
         return str(found[0])
     if any(path.is_dir() for path in _entries(run_dir.checkpoints)):
