@@ -35,8 +35,8 @@ def test_positional_arguments_bind_in_training_hubs_order() -> None:
 
 
 def test_api_function_refuses_training_hub_name_before_launch(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="checkpoint_storage is not supported by thub"):
-        thub.lora_sft("m", DATA, str(tmp_path / "o"), "trl", checkpoint_storage="s3://bucket/run")
+    with pytest.raises(UsageError, match="per_device_eval_batch_size is not supported by thub"):
+        thub.lora_sft("m", DATA, str(tmp_path / "o"), "trl", per_device_eval_batch_size=4)
     assert not (tmp_path / "o").exists()  # nothing written
 
 

@@ -102,6 +102,7 @@ SAMPLES: dict[str, list[Any]] = {
 DOMAIN = {"nproc_per_node": ["4", 2, "auto"], "bnb_4bit_quant_type": ["nf4"], "lr_scheduler": ["cosine"],
           "rdzv_id": ["job-1", 100], "rdzv_endpoint": ["127.0.0.1:29500"], "master_addr": ["10.0.0.1"],
           "bnb_4bit_compute_dtype": ["bfloat16"],
+          "checkpoint_storage": ["s3://bucket/run", "file:///tmp/checkpoints"],  # 'pvc': nothing to set
           "group_size": [8]}  # a GRPO group of 1 has no relative advantage: thub asks for >= 2
 
 
@@ -263,10 +264,10 @@ def test_config_file_and_set_take_training_hub_names(thub_cli, tmp_path: Path) -
     assert plan["parameters"]["rdzv_id"]["value"] == "100"
     assert plan["parameters"]["packing"]["value"] is False
     config.write_text(yaml.safe_dump({"model_path": "m", "data_path": DATA, "ckpt_output_dir": "o",
-                                      "checkpoint_storage": "s3://bucket/run"}))
+                                      "per_device_eval_batch_size": 4}))
     result = thub_cli("train", "lora_sft", "--backend", "trl", "--config", str(config), "--dry-run")
     assert result.exit_code == 2
-    assert f"{config}:" in result.stderr and "checkpoint_storage is not supported by thub" in result.stderr
+    assert f"{config}:" in result.stderr and "per_device_eval_batch_size is not supported by thub" in result.stderr
 
 
 @pytest.mark.needs_backend("verl")

@@ -248,6 +248,16 @@ def _training_mode(value: Any, others: Mapping[str, Any]) -> dict[str, Any]:
                      "infinite budgets are not offered")
 
 
+def _storage(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
+    """Training Hub's selector: None or ``"pvc"`` keeps checkpoints on the filesystem only (nothing to
+    set); a URI is thub's ``checkpoint_storage`` (its scheme and driver are checked by the parameter)."""
+    if value in (None, "", "pvc"):
+        return {}
+    if not isinstance(value, str) or "://" not in value:
+        raise ValueError(f"expected None, 'pvc' or a URI such as 's3://bucket/prefix', found {value!r}")
+    return {"checkpoint_storage": value}
+
+
 def _rdzv_id(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
     return {"rdzv_id": str(value) if isinstance(value, int) and not isinstance(value, bool) else value}
 
@@ -277,8 +287,12 @@ RULES: dict[str, Rule] = {
                                    "YAML set num_epochs", "num_iterations"),
     "enable_jit_checkpoint": fixed((True, False), _JIT),
     "on_demand_checkpointing": fixed((True, False), _JIT),
-    "checkpoint_storage": refuse("thub writes checkpoints to ckpt_output_dir only: mount the bucket there, or copy "
-                                 "ckpt_output_dir/checkpoints after the run"),
+    "checkpoint_storage": Rule("same", "'pvc' (or None): checkpoints stay in ckpt_output_dir; s3://, gs://, file:// "
+                                       "URI: thub's checkpoint_storage (every complete checkpoint mirrored with a "
+                                       "completion marker; resume=True continues from the newest complete one, "
+                                       "local or remote). Unlike Training Hub, a failed upload is a warning, not a "
+                                       "stopped run, and the marker is .thub-complete", "checkpoint_storage",
+                               _storage),
     "device": refuse(_HPU),
     "torch_compile": refuse(_HPU + " (torch_compile is a Gaudi option of its osft example)"),
     "num_chunks": refuse(_HPU + " (num_chunks is a Gaudi option of its osft example)"),

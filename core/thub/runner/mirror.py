@@ -1,0 +1,290 @@
+"""The remote checkpoint mirror (``checkpoint_storage``): every complete checkpoint copied off the node.
+
+``checkpoint_storage: s3://BUCKET/PREFIX`` (or ``gs://``, ``file:///PATH``; any of them through fsspec)
+makes the supervisor copy each checkpoint the child reports (the ``checkpoint`` event) to
+``URI/<name>/``, where ``<name>`` is ``checkpoint-N`` for the HF Trainer layout (``checkpoints/checkpoint-N``)
+and the path below ``checkpoints/`` (or the run directory) for another layout. The files go first, then
+:data:`MARKER`, a JSON file holding the step and every file with its size and sha256: a remote folder is
+a complete checkpoint only once its marker is there, so an upload cut off halfway (the node lost, the
+network gone) is never taken for one (:mod:`thub.runner.mirror_resume` reads them back for ``--resume``).
+
+The uploads run beside training in the parent process: :class:`Mirror` is a worker thread fed by the
+checkpoint events through a bounded queue. Offering a checkpoint never blocks the supervisor's loop
+(the child trains on regardless); when the queue is full the oldest pending checkpoint is dropped
+(superseded: a newer one is queued) and said. Each offered checkpoint is first hard-linked into
+``RUN_DIR/.thub-mirror/`` (instant, no data copied): the library's own rotation (``save_total_limit``)
+deleting the original cannot cut an upload short, and the staged links are removed once sent. A failed
+upload is a warning with its cause (stderr and ``result.json`` ``warnings``), never a failed run. At the
+end the run waits for the pending uploads (``THUB_MIRROR_WAIT`` seconds, default 900) and reports what
+was mirrored, what failed and what was still pending in ``result.json`` ``checkpoint_storage``.
+
+Remote copies are never deleted by thub: retention (``save_total_limit``) prunes the local folders only;
+the bucket's own lifecycle rules are the place to expire old copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from thub.redact import redact_text
+
+__all__ = ["MARKER", "Mirror", "check_storage_uri", "open_storage", "remote_name"]
+
+#: written last into every mirrored checkpoint folder: its presence makes the remote copy complete
+MARKER = ".thub-complete"
+#: the schemes checkpoint_storage takes, with the fsspec driver each needs (None: fsspec's own)
+SCHEMES: dict[str, str | None] = {"s3": "s3fs", "gs": "gcsfs", "file": None}
+#: where offered checkpoints are hard-linked while they wait for (and during) their upload
+STAGING = ".thub-mirror"
+#: checkpoints waiting for the worker; beyond this the oldest pending one is dropped (a newer one is queued)
+CAPACITY = 2
+WAIT_ENV = "THUB_MIRROR_WAIT"
+HASH_CHUNK = 8 << 20
+
+
+def check_storage_uri(value: str) -> str:
+    """``value`` when it is a ``checkpoint_storage`` URI thub can write to here; else ValueError
+    naming the expected shapes, or the driver to install (checked without importing it)."""
+    from importlib.util import find_spec
+
+    scheme, sep, rest = value.partition("://")
+    expected = "expected s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or file:///PATH"
+    if not sep or scheme not in SCHEMES:
+        raise ValueError(expected)
+    if scheme == "file" and not rest.startswith("/"):
+        raise ValueError("a file:// location is an absolute path (file:///PATH)")
+    if scheme != "file" and not rest.strip("/"):
+        raise ValueError(f"no bucket ({scheme}://BUCKET/PREFIX)")
+    package = SCHEMES[scheme]
+    for module in ("fsspec", *([package] if package else [])):
+        if find_spec(module) is None:
+            raise ValueError(f"{scheme}:// needs the fsspec driver {module}, which is not installed: "
+                             f"python -m pip install {module}")
+    return value
+
+
+def open_storage(uri: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``uri`` and the root path in it (credentials and ``AWS_ENDPOINT_URL``
+    as s3fs/gcsfs read them from the environment)."""
+    from fsspec.core import url_to_fs  # type: ignore[import-untyped]  # ships no py.typed
+
+    fs, root = url_to_fs(uri)
+    return fs, str(root).rstrip("/") or "/"
+
+
+def remote_name(path: Path, run_dir: Path) -> str:
+    """Where a checkpoint goes below the URI: ``checkpoint-N`` for ``RUN_DIR/checkpoints/checkpoint-N``,
+    else its path below ``checkpoints/`` or the run directory, else its own name."""
+    for base in (run_dir / "checkpoints", run_dir):
+        try:
+            return path.resolve().relative_to(base.resolve()).as_posix()
+        except ValueError:
+            continue
+    return path.name
+
+
+def local_problem(path: Path) -> str | None:
+    """Why ``path`` is not a complete checkpoint to mirror (None: it is): the HF Trainer check
+    ``--resume`` uses for ``checkpoint-N``, the layout's own for any other."""
+    if not path.is_dir():
+        return "it is not there (deleted before it was sent)"
+    if path.name.startswith("checkpoint-"):
+        from thub.runner.checkpoints import checkpoint_problem
+
+        return checkpoint_problem(path)
+    from thub.checkpoint.layouts import detect
+
+    found = detect(path)
+    if found is None:
+        return "not a checkpoint of a known layout"
+    return None if found.complete else str(found.problem or "incomplete")
+
+
+def file_list(folder: Path) -> list[dict[str, Any]]:
+    """Every file under ``folder`` (relative POSIX path, bytes, sha256), sorted: the marker's ``files``."""
+    entries = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                digest.update(chunk)
+        entries.append({"path": path.relative_to(folder).as_posix(), "bytes": path.stat().st_size,
+                        "sha256": digest.hexdigest()})
+    return entries
+
+
+def upload(fs: Any, root: str, folder: Path, name: str, step: int | None) -> dict[str, Any]:
+    """Copy ``folder`` to ``root/name/`` and write :data:`MARKER` last; returns the marker's content.
+
+    A remote folder of that name already there (an earlier attempt's, complete or not) loses its
+    marker first and is replaced: at no moment does a half-replaced folder carry one."""
+    files = file_list(folder)
+    target = f"{root}/{name}"
+    marker = f"{target}/{MARKER}"
+    fs.invalidate_cache()
+    if fs.exists(marker):
+        fs.rm_file(marker)
+    if fs.exists(target):
+        fs.rm(target, recursive=True)
+    parents = {PurePosixPath(f"{target}/{entry['path']}").parent.as_posix() for entry in files}
+    for parent in sorted(parents):
+        fs.makedirs(parent, exist_ok=True)
+    for entry in files:
+        fs.put_file(str(folder / entry["path"]), f"{target}/{entry['path']}")
+    content = {"thub_mirror": 1, "name": name, "step": step, "files": files, "at": time.time()}
+    fs.pipe_file(marker, (json.dumps(content, indent=1) + "\n").encode())
+    return content
+
+
+def _stage(path: Path, staging: Path) -> Path:
+    """``path`` hard-linked under ``staging`` (its own copy of the names: the library's rotation may
+    delete the original while it is sent); the original itself where links cannot be made."""
+    holder = staging / str(time.monotonic_ns())
+    target = holder / path.name  # the same name: what the checks and the upload see
+    try:
+        holder.mkdir(parents=True)
+        shutil.copytree(path, target, copy_function=os.link)
+    except OSError:
+        shutil.rmtree(holder, ignore_errors=True)
+        return path
+    return target
+
+
+def wait_seconds() -> float:
+    """How long the end of a run waits for pending uploads (``THUB_MIRROR_WAIT``, default 900 s)."""
+    try:
+        return float(os.environ.get(WAIT_ENV, "900"))
+    except ValueError:
+        return 900.0
+
+
+class Mirror:
+    """The upload worker of one run: :meth:`offer` each reported checkpoint, :meth:`finish` at the end."""
+
+    def __init__(self, uri: str, run_dir: Path, *, capacity: int = CAPACITY) -> None:
+        self.uri = uri
+        self.shown = redact_text(uri)
+        self.run_dir = Path(run_dir)
+        self.staging = self.run_dir / STAGING
+        self.capacity = capacity
+        self.mirrored: list[dict[str, Any]] = []
+        self.failed: list[dict[str, Any]] = []
+        self.superseded: list[str] = []
+        self.warnings: list[str] = []
+        self._pending: deque[tuple[str, Path, Path, int | None]] = deque()
+        self._busy: str | None = None
+        self._closed = False
+        self._cond = threading.Condition()
+        self._fs: tuple[Any, str] | None = None
+        # daemon: a run whose uploads hang past the bounded wait still ends
+        self._thread = threading.Thread(target=self._work, name="thub-checkpoint-mirror", daemon=True)
+        self._thread.start()
+
+    def offer(self, path: str | Path, step: int | None) -> None:
+        """Queue a reported checkpoint for upload; returns at once (staging is hard links only)."""
+        original = Path(path)
+        name = remote_name(original, self.run_dir)
+        staged = _stage(original, self.staging) if original.is_dir() else original
+        with self._cond:
+            if self._closed:
+                return
+            if len(self._pending) >= self.capacity:
+                old_name, old_original, old_staged, _step = self._pending.popleft()
+                self.superseded.append(old_name)
+                self._unstage(old_original, old_staged)
+                _say(f"thub: checkpoint_storage: {old_name} not mirrored: newer checkpoints are queued "
+                     f"(uploads are slower than saves)")
+            self._pending.append((name, original, staged, step))
+            self._cond.notify_all()
+
+    def _unstage(self, original: Path, staged: Path) -> None:
+        if staged != original:
+            shutil.rmtree(staged.parent, ignore_errors=True)
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                name, original, staged, step = self._pending.popleft()
+                self._busy = name
+            try:
+                self._send(name, original, staged, step)
+            finally:
+                self._unstage(original, staged)
+                with self._cond:
+                    self._busy = None
+                    self._cond.notify_all()
+
+    def _send(self, name: str, original: Path, staged: Path, step: int | None) -> None:
+        # the original where it is still there (a layout is told by its folder's place), else the links
+        problem = local_problem(original if original.is_dir() else staged)
+        if problem is not None:
+            self._warn(name, f"not a complete checkpoint ({problem})")
+            return
+        try:
+            if self._fs is None:
+                self._fs = open_storage(self.uri)
+            fs, root = self._fs
+            content = upload(fs, root, staged, name, step)
+        except Exception as exc:  # noqa: BLE001 - the storage's own error, named: the run goes on
+            self._warn(name, f"{type(exc).__name__}: {redact_text(str(exc)) or 'no message'}")
+            return
+        self.mirrored.append({"name": name, "step": step, "files": len(content["files"]),
+                              "bytes": sum(f["bytes"] for f in content["files"])})
+        _say(f"thub: checkpoint_storage: mirrored {name} to {self.shown}/{name}")
+
+    def _warn(self, name: str, cause: str) -> None:
+        message = (f"checkpoint {name} was not mirrored to {self.shown}: {cause}; the run goes on, and that "
+                   f"copy carries no {MARKER} marker (--resume never uses it)")
+        self.failed.append({"name": name, "error": cause})
+        self.warnings.append(message)
+        _say(f"thub: warning: {message}")
+
+    def pending(self) -> list[str]:
+        """The checkpoints not sent yet (the one being sent first)."""
+        with self._cond:
+            return [*([self._busy] if self._busy else []), *(entry[0] for entry in self._pending)]
+
+    def finish(self, timeout: float | None = None) -> dict[str, Any]:
+        """Stop taking checkpoints, wait up to ``timeout`` seconds (:func:`wait_seconds`) for the pending
+        uploads, and return the run's ``checkpoint_storage`` summary (its ``warnings`` in :attr:`warnings`)."""
+        timeout = wait_seconds() if timeout is None else timeout
+        waiting = self.pending()
+        if waiting:
+            _say(f"thub: checkpoint_storage: waiting for {len(waiting)} upload(s) to {self.shown} "
+                 f"({', '.join(waiting)}; at most {timeout:g} s, {WAIT_ENV})")
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        left = self.pending() if self._thread.is_alive() else []
+        if left:
+            message = (f"{len(left)} checkpoint upload(s) to {self.shown} still pending after {timeout:g} s "
+                       f"({', '.join(left)}): not mirrored (no {MARKER} marker, never used by --resume)")
+            self.warnings.append(message)
+            _say(f"thub: warning: {message}")
+        with self._cond:
+            for _name, original, staged, _step in self._pending:
+                self._unstage(original, staged)
+        try:
+            self.staging.rmdir()  # only when empty: an upload still under way keeps its links
+        except OSError:
+            pass
+        return {"uri": self.shown, "mirrored": [m["name"] for m in self.mirrored], "uploads": self.mirrored,
+                "failed": self.failed, "superseded": self.superseded, "pending": left}
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
