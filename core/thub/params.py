@@ -161,11 +161,6 @@ class BaseParams(BaseModel):
         help="Mirror every complete checkpoint to this URI (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, file:///PATH), "
              "a completion marker written last; --resume continues from the newest complete one, local or "
              "remote (docs/checkpoints.md#mirror-checkpoint_storage).")
-    checkpoint_storage: str | None = param(
-        core_applied=True, group="core",
-        help="Mirror every complete checkpoint to this URI (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, file:///PATH), "
-             "a completion marker written last; --resume continues from the newest complete one, local or "
-             "remote (docs/checkpoints.md#mirror-checkpoint_storage).")
     export: str | None = param(path=True, core_applied=True, group="core",
                                help="After a successful run, make the final model a verified, self-contained "
                                     "Hugging Face folder here: merge an adapter, consolidate a sharded "
@@ -239,14 +234,6 @@ class BaseParams(BaseModel):
             raise ValueError(f"expected a number, found a boolean ({value})")
         extra = cls.model_fields[info.field_name].json_schema_extra if info.field_name else None
         return expand_path(value) if isinstance(extra, dict) and extra.get("path") else value
-
-    @field_validator("checkpoint_storage")
-    @classmethod
-    def _storage_uri(cls, value: str | None) -> str | None:
-        """A URI with its fsspec driver installed (:func:`thub.runner.mirror.check_storage_uri`)."""
-        from thub.runner.mirror import check_storage_uri
-
-        return None if value is None else check_storage_uri(value)
 
     @field_validator("checkpoint_storage")
     @classmethod

@@ -41,7 +41,6 @@ from thub.surface import option
 if TYPE_CHECKING:
     from thub.launch.plan import Plan
     from thub.runner.mirror import Mirror
-    from thub.runner.mirror import Mirror
 
 POLL_SECONDS = 0.2
 
@@ -119,7 +118,6 @@ class _Supervisor:
         self.log_offset = 0  # where this attempt's section of the log starts
         self.peak_kib: int | None = None  # the child's peak resident memory, sampled while it runs
         self.mirror: Mirror | None = None  # checkpoint_storage's upload worker (thub.runner.mirror)
-        self.mirror: Mirror | None = None  # checkpoint_storage's upload worker (thub.runner.mirror)
 
     def fire(self, kind: str, data: dict[str, Any]) -> None:
         try:
@@ -141,8 +139,6 @@ class _Supervisor:
         for event in self.events.poll():
             self.checkpoints.append({"path": event["path"], "step": event["step"]})
             self.fire("checkpoint", {"path": event["path"], "step": event["step"]})
-            if self.mirror is not None:  # queued for upload beside training: never blocks this loop
-                self.mirror.offer(event["path"], event["step"])
             if self.mirror is not None:  # queued for upload beside training: never blocks this loop
                 self.mirror.offer(event["path"], event["step"])
 
@@ -396,16 +392,10 @@ def _supervise(resolved: ResolvedConfig, run_dir: RunDirectory, command: list[st
         from thub.runner.mirror import Mirror
 
         supervisor.mirror = Mirror(storage, run_dir.path)
-    storage = resolved.values().get("checkpoint_storage") if head else None
-    if storage:
-        from thub.runner.mirror import Mirror
-
-        supervisor.mirror = Mirror(storage, run_dir.path)
     supervisor.fire("started", {"resume_from": resume_from, "command": command_line})
     with progress:
         progress.kept(supervisor.kept)  # the steps an earlier attempt trained, said once: not shown as trained now
         code, stopped = supervisor.run(command)
-    mirrored = supervisor.mirror.finish() if supervisor.mirror is not None else None  # bounded wait, reported
     mirrored = supervisor.mirror.finish() if supervisor.mirror is not None else None  # bounded wait, reported
 
     result = read_json(run_dir.result)
@@ -463,9 +453,6 @@ def _supervise(resolved: ResolvedConfig, run_dir: RunDirectory, command: list[st
     if result["status"] == "interrupted" and not result.get("reason") and supervisor.signals:
         name = signal.Signals(supervisor.signals[0]).name
         result["reason"] = f"stopped by {name} (checkpoint and stop at the next step boundary)"
-    if mirrored is not None and supervisor.mirror is not None:  # failed uploads: warnings, never a failed run
-        result["checkpoint_storage"] = mirrored
-        result["warnings"] = [*(result.get("warnings") or []), *supervisor.mirror.warnings]
     if mirrored is not None and supervisor.mirror is not None:  # failed uploads: warnings, never a failed run
         result["checkpoint_storage"] = mirrored
         result["warnings"] = [*(result.get("warnings") or []), *supervisor.mirror.warnings]
