@@ -146,22 +146,55 @@ def plan_steps(values: dict[str, Any], slurm: bool = False) -> dict[str, Any] | 
 
 # --- after training -------------------------------------------------------------------------------
 
+def _as_served(model: Any, label: str, step: int | None, info: Any) -> Any:
+    """A plain folder's :class:`~thub.evaluate.models.EvalModel` as the run serves it: its label and
+    step, the run's ``max_seq_len``, and its chat template only where the run trained on chat rows."""
+    model.label, model.step, model.max_seq_len = label, step, info.max_seq_len
+    model.apply_chat_template = bool(model.apply_chat_template and info.chat)
+    return model
+
+
+def _export_plan(run_dir: Path, folder: str, values: dict[str, Any]) -> Any:
+    """The evaluation of the export folder as the run's ``final`` (its results filed with the run):
+    what will be served, whatever the final model's layout was (an adapter merged, a sharded
+    checkpoint consolidated: nothing merged again, nothing refused as sharded); the export's verify
+    checked its tokenizer and chat template against the training input. ``eval_base``: the base too."""
+    from thub.evaluate.models import EvalModel, read_run
+    from thub.evaluate.run import plan
+    from thub.manager import get_registry
+
+    eval_plan = plan(folder, list(values["eval"]), out=run_dir / "eval")
+    info = read_run(run_dir, get_registry())
+    reached = (info.result or {}).get("reached_step")
+    eval_plan.run = info
+    eval_plan.models = [_as_served(eval_plan.models[0], "final", reached if isinstance(reached, int) else None,
+                                   info)]
+    eval_plan.models[0].template = {"status": "ok", "by": "the export's verify (tokenizer and chat template)"}
+    if values.get("eval_base"):
+        base = info.base_model
+        if not base:
+            raise UsageError(f"{run_dir}: thub_run.json names no model_path: nothing to compare with (eval_base)")
+        if Path(base).expanduser().is_dir():
+            origin = _as_served(plan(base, list(values["eval"]), print_only=True).models[0], "base", 0, info)
+        else:  # a hub id: the harness loads it (its template, if any, is unknown here)
+            origin = EvalModel("base", base, base, 0, None, apply_chat_template=info.chat,
+                               max_seq_len=info.max_seq_len)
+        origin.template = {"status": "reference"}
+        eval_plan.models.insert(0, origin)
+    return eval_plan
+
+
 def _eval(run_dir: Path, result: dict[str, Any], values: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
     from thub.evaluate.run import execute, plan
 
-    eval_plan = plan(str(run_dir), list(values["eval"]), base=bool(values.get("eval_base")))
     export = result.get("export") or {}
-    evaluated = None
-    if export.get("ok"):  # the exported folder is what will be served: score it, not a second merge
-        for model in eval_plan.models:
-            if model.label == "final":
-                model.model_path, model.merge, evaluated = str(export["path"]), False, str(export["path"])
-                generation = Path(export["path"]) / "generation_config.json"
-                if generation.is_file():
-                    model.generation_config = str(generation)
+    if export.get("ok"):
+        eval_plan = _export_plan(run_dir, str(export["path"]), values)
+    else:
+        eval_plan = plan(str(run_dir), list(values["eval"]), base=bool(values.get("eval_base")))
     done = execute(eval_plan, say=say)
     final = next((m for m in eval_plan.models if m.label == "final"), None)
-    return {"ok": True, "error": None, "model": evaluated or (final.model_path if final else None),
+    return {"ok": True, "error": None, "model": final.model_path if final else None,
             "labels": [m.label for m in eval_plan.models], "tasks": [t.name for t in eval_plan.tasks],
             "results": str(eval_plan.eval_dir), "written": done["written"]}
 
