@@ -30,6 +30,10 @@ _EXPORTS: dict[str, str] = {
     "translation_hook": "thub.specs",
     "load_object": "thub.specs",
     "get_registry": "thub.manager",
+    # a plugin's own algorithm: its spec and parameter model (thub_register_algorithms)
+    "AlgorithmSpec": "thub.specs",
+    "BaseParams": "thub.params",
+    "param": "thub.params",
     # errors
     "ThubError": "thub.errors",
     "UsageError": "thub.errors",
@@ -126,6 +130,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
     from thub.hookspecs import hookimpl
     from thub.launch.torchrun import torchrun_values
     from thub.manager import get_registry
+    from thub.params import BaseParams, param
     from thub.runner.batching import split_batch, world_size
     from thub.runner.built import DataMismatch, collated_labels
     from thub.runner.checkpoints import library_resume_point, saved_file_problem
@@ -143,6 +148,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
     from thub.runner.rootcause import root_cause_from_file
     from thub.selection import cuda_visible, installed_version, requirement_problem, when_gpu_visible
     from thub.specs import (
+        AlgorithmSpec,
         BackendSpec,
         CheckContext,
         CheckResult,
