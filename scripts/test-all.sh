@@ -68,6 +68,10 @@ python -m pip install --quiet --no-deps -e ./thub-plugin-lmeval
 python -m pip install --quiet --no-deps -e ./thub-plugin-axolotl
 python -m pip install --quiet --no-deps --upgrade --target build/axolotl-0.19.0 "axolotl==0.19.0" "addict==2.4.0" \
     "colorama==0.4.6" "posthog==6.7.11" "six==1.17.0" "backoff==2.2.1"
+# sentence-transformers (issue 30, embedding_sft): the library (its own SentenceTransformerTrainer; needs only
+# transformers/torch/huggingface-hub/scikit-learn, already here: the CPU torch stays) and the plugin.
+python -m pip install --quiet "sentence-transformers==6.2.0"
+python -m pip install --quiet --no-deps -e ./thub-plugin-sentence-transformers
 # Training Hub 0.11.2 (the system thub replaces), unpacked without dependencies outside the venv:
 # tests/test_training_hub_names.py reads its public functions' signatures and callback hooks with
 # `ast` (153 kB; nothing imported: it would pull instructlab-training, mini-trainer, torch, ...).
