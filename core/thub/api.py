@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,9 @@ from thub.surface import python_api
 
 
 def _resolve(algorithm: str, backend: str | None, config: str | Path | None, allow_ignored: bool,
-             params: dict[str, Any]) -> ResolvedConfig:
+             params: dict[str, Any], label: str = "api") -> ResolvedConfig:
     return resolve(get_registry(), algorithm, backend=backend, config_file=config, flags=params,
-                   flag_label="api", allow_ignored=allow_ignored)
+                   flag_label=label, allow_ignored=allow_ignored)
 
 
 def dry_run(algorithm: str, *, backend: str | None = None, config: str | Path | None = None,
@@ -54,22 +56,42 @@ def train(algorithm: str, *, backend: str | None = None, config: str | Path | No
         return _train(algorithm, backend, None, config, overwrite, resume, allow_ignored, progress, params)
 
 
+@dataclass(frozen=True)
+class _Caller:
+    """How a Training Hub call reached the API: the source label of its values, the command line
+    recorded with the run, ``dry_run`` (return the plan), ``on_resolved`` (called with the resolved
+    config before anything runs: the command line prints its thub equivalent)."""
+
+    label: str = "api"
+    command_line: tuple[str, ...] = ()
+    dry_run: bool = False
+    on_resolved: Callable[[ResolvedConfig], None] | None = None
+
+
 def _train(algorithm: str, backend: str | None, backend_reason: str | None, config: str | Path | None,
            overwrite: bool, resume: bool, allow_ignored: bool, progress: bool,
-           params: dict[str, Any], relabel: dict[str, str] | None = None) -> dict[str, Any]:
+           params: dict[str, Any], relabel: dict[str, str] | None = None,
+           caller: _Caller = _Caller()) -> dict[str, Any]:
     from thub.compat.training_hub_api import observe, result_with_training_hub_keys
     from thub.runner import run_training
 
     callbacks = params.pop("callbacks", None)
     iteration_callback = params.pop("iteration_callback", None)
-    resolved = _resolve(algorithm, backend, config, allow_ignored, params)
+    resolved = _resolve(algorithm, backend, config, allow_ignored, params, caller.label)
     if backend_reason:
         resolved.backend_reason = backend_reason
     for name, label in (relabel or {}).items():
         resolved.sources[name] = label
+    if caller.on_resolved is not None:
+        caller.on_resolved(resolved)
+    if caller.dry_run:
+        from thub.launch.plan import plan_for
+
+        return plan_for(resolved).as_dict()
     with observe(callbacks, iteration_callback):
         result = run_training(resolved, overwrite=overwrite, resume=resume,
-                              command_line=["thub.train", algorithm], quiet_json=not progress)
+                              command_line=list(caller.command_line) or ["thub.train", algorithm],
+                              quiet_json=not progress)
     return result_with_training_hub_keys(resolved, result)
 
 
@@ -79,7 +101,10 @@ def _training_hub_call(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, 
         return _training_hub_run(algorithm, args, kwargs)
 
 
-def _training_hub_run(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _training_hub_run(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                      caller: _Caller = _Caller()) -> dict[str, Any]:
+    """One Training Hub call (``thub.sft(...)``, or Training Hub's ``thub sft ...`` command line,
+    :mod:`thub.cli.training_hub`): the one mapping of its keywords to a thub run."""
     from thub.compat import training_hub
 
     params = training_hub.bind(algorithm, args, kwargs)
@@ -101,7 +126,7 @@ def _training_hub_run(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, A
     control = {key: params.pop(key, defaults[key].default) for key in ("overwrite", "resume", "allow_ignored",
                                                                        "progress")}
     return _train(algorithm, backend, reason, config, control["overwrite"], control["resume"],
-                  control["allow_ignored"], control["progress"], params, relabel)
+                  control["allow_ignored"], control["progress"], params, relabel, caller)
 
 
 def sft(*args: Any, **kwargs: Any) -> dict[str, Any]:
