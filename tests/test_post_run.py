@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,14 @@ def test_export_then_eval_then_push_after_a_local_run(thub: Any, tiny_model: Pat
     assert "eval: base, final scored on memorised" in done.stdout and f"push: {hf} -> file://{pushed}" in done.stdout
     # the order: export, then eval, then push
     assert done.stdout.index("export:") < done.stdout.index("eval: base") < done.stdout.index("push: ")
+    # thub runs wait reports each step; the SLURM job's entry point reruns a step from the recorded parameters
+    waited = thub("runs", "wait", str(run), "--json")
+    assert waited.returncode == 0, waited.stderr
+    assert [(s["name"], s["outcome"]["ok"]) for s in json.loads(waited.stdout)["steps"]] == [
+        ("export", True), ("eval", True), ("push", True)]
+    again = subprocess.run([sys.executable, "-m", "thub.runner.poststeps", "eval", str(run)], capture_output=True,
+                           text=True, cwd=data, env=thub.environ(OFFLINE), timeout=900)
+    assert again.returncode == 0 and "eval: base, final scored on memorised" in again.stdout, again.stderr[-3000:]
 
 
 @pytest.mark.slow
