@@ -123,7 +123,6 @@ def test_axolotl_tracks_the_best_checkpoint_of_its_validation_split() -> None:
 
 
 @pytest.mark.parametrize("backend", [
-    pytest.param("mini-trainer", marks=pytest.mark.needs_backend("mini-trainer")),
     pytest.param("instructlab-training", marks=pytest.mark.needs_backend("instructlab-training")),
     pytest.param("axolotl", marks=pytest.mark.needs_backend("axolotl")),
 ])

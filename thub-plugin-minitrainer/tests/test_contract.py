@@ -62,6 +62,7 @@ MATRIX: list[tuple[str, dict[str, Any]]] = [
              "master_port": 29501}),
     ("osft", {"target_patterns": ["q_proj", "v_proj"], "unfreeze_rank_ratio": 0.5, "num_epochs": 2}),
     ("osft", {"is_pretraining": True, "block_size": 256, "nproc_per_node": "gpu"}),
+    ("sft", {"validation_data_path": "held_out.jsonl", "validation_frequency": 4}),
 ]
 
 

@@ -32,3 +32,42 @@ def test_a_validated_step_gives_its_training_line_and_an_evaluation_line(tmp_pat
     assert first["epoch"] == 0.5 and first["max_steps"] == 4
     assert not any(key.startswith("val_") for line in lines for key in line)
     assert lines[3]["timestamp"] == lines[2]["timestamp"]  # mini-trainer's own time of the step
+
+
+def test_the_held_out_file_is_prepared_and_read_by_mini_trainers_loader(tiny_model: Path, demo_data: Path,
+                                                                        tmp_path: Path) -> None:
+    """validation_data_path: thub tokenizes it as the training rows (validation.jsonl beside data.jsonl),
+    mini-trainer's own get_data_loader reads it as the validation loader and its TrainingArgs take it."""
+    import pytest
+
+    pytest.importorskip("mini_trainer")
+    from mini_trainer.sampler import get_data_loader
+    from thub_plugin_minitrainer.native import build
+    from thub_plugin_minitrainer.runner import prepare_data
+    from thub_plugin_minitrainer.translate import translate
+
+    from thub.config.resolve import resolve
+    from thub.manager import load_registry
+    from thub.runner.context import RunContext
+    from thub.runner.rundir import RunDirectory
+
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text("".join(line + "\n" for line in (demo_data / "chat.jsonl").read_text().splitlines()[:5]))
+    flags = {"model_path": str(tiny_model), "data_path": str(demo_data / "chat.jsonl"),
+             "ckpt_output_dir": str(tmp_path / "run"), "effective_batch_size": 8, "max_seq_len": 256,
+             "max_tokens_per_gpu": 512, "validation_data_path": str(held_out), "validation_frequency": 2}
+    params = resolve(load_registry(), "sft", backend="mini-trainer", flags=flags, environ={}).values()
+    plan = translate("sft", params, environ={})
+    train = plan["training_args"]
+    assert train["validation_data_path"] == str(Path(train["data_path"]).with_name("validation.jsonl"))
+    assert (train["validation_split"], train["validation_frequency"]) == (0.0, 2)
+    run_dir = RunDirectory(tmp_path / "run")
+    run_dir.path.mkdir(parents=True, exist_ok=True)
+    assert prepare_data(RunContext(algorithm="sft", backend="mini-trainer", params=params, run_dir=run_dir),
+                        plan) == 64  # every training row: none held out of data_path
+    rows = [json.loads(line) for line in Path(train["validation_data_path"]).read_text().splitlines()]
+    assert len(rows) == 5 and all(row["labels"][0] == -100 for row in rows)  # assistant-only, as data.jsonl
+    _train, validation = get_data_loader(train["data_path"], batch_size=8, max_tokens_per_gpu=512, seed=42, rank=0,
+                                         world_size=1, validation_data_path=train["validation_data_path"])
+    assert validation is not None and sum(mb["num_samples"] for batch in validation for mb in batch) == 5
+    assert build(plan)[1].validation_data_path == train["validation_data_path"]

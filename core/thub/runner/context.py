@@ -172,3 +172,16 @@ class RunContext:
 
         return prepare(training_sources(self.params), tokenizer, output, **mix_settings(self.params), **options,
                        validated=self.data())
+
+    def prepare_validation(self, tokenizer: Any, output: str | Path, **options: Any) -> PrepareResult | None:
+        """``validation_data_path``'s rows tokenized into ``output`` as :meth:`prepare` tokenizes
+        the training rows (the same ``options``); None when the run has no such file."""
+        from thub.data.prepare import prepare
+        from thub.data.validation import validation_data, validation_source
+
+        held_out = validation_data(self.params)
+        source = validation_source(self.params)
+        if held_out is None or source is None:
+            return None
+        return prepare([source], tokenizer, output, seed=int(self.params.get("seed", 42)), **options,
+                       validated=held_out)

@@ -46,10 +46,29 @@ def prepare_data(context: RunContext, plan: dict[str, Any]) -> int:
           f"in {result.output}{' (cached)' if result.cached else ''}", flush=True)
     for warning in stats.warnings():
         print(f"thub: {warning}", flush=True)
+    if plan["data"].get("validation_data_path"):
+        _prepare_held_out(context, plan, tokenizer)
     if pretraining:
         block = params["block_size"]
         return math.ceil(stats.tokens / block)  # mini-trainer keeps the partial last block
     return stats.samples_out
+
+
+def _prepare_held_out(context: RunContext, plan: dict[str, Any], tokenizer: Any) -> None:
+    """``validation_data_path``'s rows tokenized as the training rows are, into the file
+    mini-trainer evaluates (``training_args.validation_data_path``; it blocks documents itself)."""
+    from thub.backend import UsageError
+
+    params, pretraining = context.params, plan["data"]["mode"] == "pretraining"
+    result = context.prepare_validation(tokenizer, plan["training_args"]["validation_data_path"],
+                                        max_seq_len=plan["data"]["max_seq_len"],
+                                        overlong="truncate" if pretraining else "drop",
+                                        unmask=bool(params.get("unmask_messages")))
+    assert result is not None  # validation_data_path is set
+    if not result.stats.samples_out:
+        raise UsageError(f"validation_data_path {params['validation_data_path']}: no example left to evaluate on "
+                         "after tokenizing")
+    print(f"thub: prepared {result.stats.samples_out} held-out samples in {result.output}", flush=True)
 
 
 def _train_items(items: int, split: float) -> int:

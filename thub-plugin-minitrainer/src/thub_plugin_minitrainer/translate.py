@@ -23,8 +23,8 @@ _COMMON = frozenset({
     "save_total_limit", "trust_remote_code", "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps", "logging_steps",
     "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",
     "wandb_project", "wandb_entity", "wandb_run_name", "mlflow_tracking_uri", "mlflow_experiment_name",
-    "mlflow_run_name", "unmask_messages", "use_liger", "validation_split", "validation_frequency",
-    "is_pretraining", "block_size",
+    "mlflow_run_name", "unmask_messages", "use_liger", "validation_split", "validation_data_path",
+    "validation_frequency", "is_pretraining", "block_size",
 })
 # Not honoured, on purpose (see README "Not honoured"): beta1, beta2, eps, weight_decay (mini-trainer 0.9.0's
 # run_training does not forward them to train.py), max_grad_norm (fixed at 1.0), gradient_checkpointing,
@@ -119,6 +119,9 @@ def training_args(algorithm: str, params: Mapping[str, Any]) -> dict[str, Any]:
         "checkpoint_at_epoch": bool(params.get("checkpoint_at_epoch")),
         "save_final_checkpoint": bool(params.get("save_final_checkpoint", True)),
         "validation_split": params.get("validation_split") or 0.0,
+        # thub's tokenized copy of the held-out file (prepared as data.jsonl is: runner.prepare_data)
+        "validation_data_path": f"{data_output_dir(params)}/validation.jsonl"
+        if params.get("validation_data_path") else None,
         "validation_frequency": params.get("validation_frequency"),
         "pretraining_config": {"block_size": params["block_size"]} if pretraining else None,
         "trust_remote_code": bool(params.get("trust_remote_code")),
@@ -180,10 +183,14 @@ def command(torch: Mapping[str, Any], train: Mapping[str, Any], train_script: st
         cmd.append(f"--mlflow-tracking-uri={t['mlflow_tracking_uri']}")
         cmd += [f"--mlflow-{k.replace('_', '-')}={t[f'mlflow_{k}']}" for k in ("experiment_name", "run_name")
                 if t.get(f"mlflow_{k}")]
+    # in run_training's order (mini_trainer/api_train.py)
+    if t.get("validation_data_path") is not None:
+        cmd.append(f"--validation-data-path={t['validation_data_path']}")
     if t["validation_split"] > 0.0:
         cmd.append(f"--validation-split={t['validation_split']}")
-        if t.get("validation_frequency") is not None:
-            cmd.append(f"--validation-frequency={t['validation_frequency']}")
+    if (t["validation_split"] > 0.0 or t.get("validation_data_path") is not None) \
+            and t.get("validation_frequency") is not None:
+        cmd.append(f"--validation-frequency={t['validation_frequency']}")
     if t.get("pretraining_config"):
         cmd.append(f"--block-size={t['pretraining_config']['block_size']}")
     if t.get("min_samples_per_checkpoint") is not None:
@@ -243,6 +250,9 @@ def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, s
         "data": {
             "mode": "pretraining" if pretraining else "chat",
             "output": train["data_path"],
+            # validation_data_path's rows, tokenized into training_args.validation_data_path
+            **({"validation_data_path": params["validation_data_path"]} if params.get("validation_data_path")
+               else {}),
             "max_seq_len": None if pretraining else params["max_seq_len"],
             "overlong": "keep (blocks of block_size)" if pretraining else "drop",
             "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else "assistant tokens",
