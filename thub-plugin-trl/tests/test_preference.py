@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -236,22 +237,53 @@ def test_preference_run_learns_the_preference(algorithm: str, epochs: str, examp
     assert f"prepared {examples} of {examples} {said}" in log
 
 
+def _long_pairs(preference_files: dict[str, Path], folder: Path) -> Path:
+    """The dpo rows and two more: one whose answer is too long, one whose prompt alone fills max_seq_len."""
+    rows = _rows(preference_files["dpo"])
+    rows.append({**rows[0], "chosen": [{"role": "assistant", "content": "yes " * 150}]})
+    rows.append({**rows[0], "prompt": [{"role": "user", "content": "why " * 200}]})
+    data = folder / "long.jsonl"
+    data.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return data
+
+
+@pytest.fixture(scope="module")
+def overlong_run(tiny_model: Path, preference_files: dict[str, Path],
+                 tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """One real dpo step on the long pairs per ``overlong`` policy, each run once for the module. The
+    ``truncate`` run also has another model (examples/make_tiny_model.py, seed 1) as its reference
+    (``reference/``) for test_reference_model_path_is_the_frozen_reference: one run checks both."""
+    root = tmp_path_factory.mktemp("dpo-overlong")
+    data = _long_pairs(preference_files, root)
+    runs: dict[str, Path] = {}
+
+    def run(overlong: str) -> Path:
+        if overlong not in runs:
+            extra: list[str] = []
+            if overlong == "truncate":
+                subprocess.run([sys.executable, str(Path(__file__).parents[2] / "examples" / "make_tiny_model.py"),
+                                "--out", str(root / "reference"), "--seed", "1"], check=True, capture_output=True,
+                               text=True)
+                extra = ["--reference-model-path", str(root / "reference")]
+            out = root / overlong
+            done = thub("train", "dpo", *_common(tiny_model, data, out), "--max-steps", "1", "--overlong", overlong,
+                        *extra)
+            assert done.returncode == 0, done.stderr[-4000:]
+            runs[overlong] = out
+        return runs[overlong]
+
+    return run
+
+
 @pytest.mark.slow
-def test_reference_model_path_is_the_frozen_reference(tiny_model: Path, preference_files: dict[str, Path],
-                                                      tmp_path: Path) -> None:
+def test_reference_model_path_is_the_frozen_reference(overlong_run: Callable[[str], Path]) -> None:
     """With another model as reference the first step already has non-zero rewards (policy and
-    reference differ); without one they are 0 (TRL's copy of the policy)."""
-    reference = tmp_path / "reference"
-    subprocess.run([sys.executable, str(Path(__file__).parents[2] / "examples" / "make_tiny_model.py"), "--out",
-                    str(reference), "--seed", "1"], check=True, capture_output=True, text=True)
-    out = tmp_path / "with-ref"
-    done = thub("train", "dpo", *_common(tiny_model, preference_files["dpo"], out), "--max-steps", "1",
-                "--reference-model-path", str(reference))
-    assert done.returncode == 0, done.stderr[-4000:]
+    reference differ); without one they are 0 (TRL's copy of the policy: test_preference_run_learns_the_preference)."""
+    out = overlong_run("truncate")
     (line,) = read_metrics(out / "training_metrics.jsonl")
     assert line["rewards/chosen"] != 0.0 and line["rewards/rejected"] != 0.0
     assert json.loads((out / "thub_run.json").read_text())["parameters"]["reference_model_path"]["value"] == str(
-        reference)
+        out.parent / "reference")
 
 
 @pytest.mark.slow
@@ -260,18 +292,10 @@ def test_reference_model_path_is_the_frozen_reference(tiny_model: Path, preferen
     ("drop", 12, ["2 of 14 pairs dropped: longer than max_seq_len"]),
 ])
 def test_overlong_pairs_are_reported_and_what_trl_builds_is_what_thub_validated(
-        overlong: str, kept: int, said: list[str], tiny_model: Path, preference_files: dict[str, Path],
-        tmp_path: Path) -> None:
+        overlong: str, kept: int, said: list[str], overlong_run: Callable[[str], Path]) -> None:
     """The pairs TRL's collator gets (counted before step 1) are the pairs thub validated under the
     run's overlong policy: ``built`` says ``as validated``, the log names what was cut or dropped."""
-    rows = _rows(preference_files["dpo"])
-    rows.append({**rows[0], "chosen": [{"role": "assistant", "content": "yes " * 150}]})
-    rows.append({**rows[0], "prompt": [{"role": "user", "content": "why " * 200}]})
-    data = tmp_path / "long.jsonl"
-    data.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-    out = tmp_path / overlong
-    done = thub("train", "dpo", *_common(tiny_model, data, out), "--max-steps", "1", "--overlong", overlong)
-    assert done.returncode == 0, done.stderr[-4000:]
+    out = overlong_run(overlong)
     built = json.loads((out / "result.json").read_text())["built"]
     assert (built["examples"], built["matches"]) == (kept, True)
     log = (out / "logs" / "train.log").read_text()
