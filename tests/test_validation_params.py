@@ -214,3 +214,21 @@ def test_thub_retention_never_deletes_the_best_checkpoint(saved_model: Path, tmp
                                          "value": 1.0}
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events] == [1, 2, 3, 4]
+
+
+def test_a_separate_held_out_file_holds_nothing_out_of_the_training_rows() -> None:
+    """What the library built is compared with every validated training row (built.json: as validated)."""
+    from thub.runner.built import held_out
+
+    assert held_out({"validation_data_path": "held.jsonl", "validation_frequency": 2}, 64) == 0
+    assert held_out({"validation_split": 0.1}, 64) == 7
+
+
+@pytest.mark.needs_backend("unsloth")
+def test_unsloth_evaluates_the_held_out_file(held_out: Path) -> None:
+    translation = thub.dry_run("lora_sft", backend="unsloth", model_path="m", data_path=str(CHAT),
+                               ckpt_output_dir="/tmp/thub-unsloth", validation_data_path=str(held_out),
+                               validation_frequency=3)["translation"]
+    assert (translation["config"]["eval_steps"], translation["config"]["metric_for_best_model"]) == (3, "eval_loss")
+    assert translation["data"]["validation_data_path"] == str(held_out)
+

@@ -112,7 +112,8 @@ def collated_labels(dataset: Iterable[Any], collate_fn: Any) -> Iterator[list[in
 
 
 def held_out(params: Mapping[str, Any], examples: int) -> int:
-    """How many examples ``validation_split`` holds out of ``examples`` (as ``train_test_split`` does)."""
+    """How many examples ``validation_split`` holds out of ``examples`` (as ``train_test_split`` does);
+    0 with ``validation_data_path`` (the held-out rows are another file: every training row is trained)."""
     split = params.get("validation_split") or 0
     if not split:
         return 0
