@@ -19,7 +19,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ PREFERENCE_FIELDS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "r
 EVAL_FIELDS = ("step", "max_steps", "epoch", "timestamp", "eval_loss")
 
 
-def is_eval_line(line: dict[str, Any]) -> bool:
+def is_eval_line(line: Mapping[str, Any]) -> bool:
     """Whether a metrics line is an evaluation line (``eval_loss``, no training ``loss``)."""
     return "eval_loss" in line and "loss" not in line
 
