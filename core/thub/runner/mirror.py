@@ -170,8 +170,11 @@ def wait_seconds() -> float:
 class Mirror:
     """The upload worker of one run: :meth:`offer` each reported checkpoint, :meth:`finish` at the end."""
 
-    def __init__(self, uri: str, run_dir: Path, *, capacity: int = CAPACITY) -> None:
+    def __init__(self, uri: str, run_dir: Path, *, capacity: int = CAPACITY, skip: int = 0) -> None:
+        """``skip``: how many offers to ignore first (the events an earlier attempt reported: the
+        supervisor reads ``events.jsonl`` from its start, and those checkpoints were offered then)."""
         self.uri = uri
+        self._skip = skip
         self.shown = redact_text(uri)
         self.run_dir = Path(run_dir)
         self.staging = self.run_dir / STAGING
@@ -191,6 +194,9 @@ class Mirror:
 
     def offer(self, path: str | Path, step: int | None) -> None:
         """Queue a reported checkpoint for upload; returns at once (staging is hard links only)."""
+        if self._skip > 0:
+            self._skip -= 1
+            return
         original = Path(path)
         name = remote_name(original, self.run_dir)
         staged = _stage(original, self.staging) if original.is_dir() else original

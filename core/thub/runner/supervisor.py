@@ -391,7 +391,8 @@ def _supervise(resolved: ResolvedConfig, run_dir: RunDirectory, command: list[st
     if storage:
         from thub.runner.mirror import Mirror
 
-        supervisor.mirror = Mirror(storage, run_dir.path)
+        # an earlier attempt's events (--resume) are read again from the file's start: not offered twice
+        supervisor.mirror = Mirror(storage, run_dir.path, skip=len(read_metrics(run_dir.events)))
     supervisor.fire("started", {"resume_from": resume_from, "command": command_line})
     with progress:
         progress.kept(supervisor.kept)  # the steps an earlier attempt trained, said once: not shown as trained now
