@@ -36,6 +36,7 @@ def main() -> None:
         ("launch overhead", ["launch_overhead.py", "--repeats", "2" if args.quick else "3"]),
         ("memory estimate", ["estimate_accuracy.py"]),
         ("consolidation", ["checkpoint_consolidate.py", "--layers", "12" if args.quick else "24"]),
+        ("evaluation overhead", ["eval_overhead.py", "--rows", "200" if args.quick else "400"]),
     ]
     failed = []
     for title, command in runs:
