@@ -140,3 +140,22 @@ def test_compare_refuses_one_push_target_for_every_backend(thub: Any, tiny_model
                 f"push=file://{data / 'pushed'}")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "expected no push target in thub compare" in done.stderr and not out.exists()
+
+
+@pytest.mark.parametrize(("status", "said"), [("succeeded", "not run: the export step failed"),
+                                              ("failed", "not run: the run's status is failed")])
+def test_a_step_runs_only_after_every_earlier_one_succeeded(tmp_path: Path, status: str, said: str) -> None:
+    """Export fails (the run saved no final model): eval and push are recorded as not run, exit 1; a run that
+    did not succeed says so for every step."""
+    from thub.runner.poststeps import exit_code, run_after
+
+    run = tmp_path / "run"
+    run.mkdir()
+    result = {"status": status, "final_model": None}
+    (run / "result.json").write_text(json.dumps(result))
+    values = {"export": str(tmp_path / "hf"), "eval": ["memorised.jsonl"], "push": f"file://{tmp_path / 'pushed'}"}
+    after = run_after(run, result, values, quiet=True)
+    assert after == json.loads((run / "result.json").read_text())
+    assert after["export"]["ok"] is False
+    assert after["post_run"] == {"eval": {"ok": False, "error": said}, "push": {"ok": False, "error": said}}
+    assert exit_code(after) == 1 and not (tmp_path / "pushed").exists() and not (run / "eval").exists()

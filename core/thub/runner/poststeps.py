@@ -278,8 +278,8 @@ def run_after(run_dir: Path, result: dict[str, Any], values: dict[str, Any], qui
             result = export_after_run(run_dir, result, values["export"], values.get("model_path"), quiet=quiet)
         else:
             result = run_step(step, run_dir, result, values, say)
-        if not (step.outcome(result) or {}).get("ok"):
-            failed = step.name
+        if result.get("status") == "succeeded" and not (step.outcome(result) or {}).get("ok"):
+            failed = step.name  # (a run that did not succeed: each step says so itself)
     return result
 
 
