@@ -232,3 +232,29 @@ def test_unsloth_evaluates_the_held_out_file(held_out: Path) -> None:
     assert (translation["config"]["eval_steps"], translation["config"]["metric_for_best_model"]) == (3, "eval_loss")
     assert translation["data"]["validation_data_path"] == str(held_out)
 
+
+
+def test_training_hub_callbacks_get_an_evaluation_line_as_on_evaluate_alone() -> None:
+    """An evaluation line (its own, after its step's training line) is on_evaluate with eval_loss as the
+    loss, not another step; iteration_callback still sees every line."""
+    from thub.compat.training_hub_api import _Dispatcher
+    from thub.specs import RunEvent
+
+    calls: list[tuple[str, int, Any]] = []
+
+    class Recorder(thub.TrainingHubCallback):
+        def __getattribute__(self, hook: str) -> Any:
+            if hook.startswith("on_"):
+                return lambda context: calls.append((hook, context.step, context.loss))
+            return super().__getattribute__(hook)
+
+    seen: list[int] = []
+    dispatcher = _Dispatcher([Recorder()], lambda step, line: seen.append(step))
+    for kind, data in (("metrics", {"step": 2, "epoch": 0.5, "loss": 1.5, "learning_rate": 1e-4}),
+                       ("metrics", {"step": 2, "epoch": 0.5, "max_steps": 4, "eval_loss": 1.7}),
+                       ("succeeded", {"status": "succeeded"})):
+        dispatcher.thub_on_event(RunEvent(kind, "/runs/x", "sft", "trl", data))  # type: ignore[arg-type]
+    assert [c[0] for c in calls] == ["on_epoch_begin", "on_step_begin", "on_log", "on_step_end", "on_evaluate",
+                                     "on_epoch_end", "on_train_end"]
+    assert calls[4] == ("on_evaluate", 2, 1.7) and calls[-1] == ("on_train_end", 2, 1.5)
+    assert seen == [2, 2]

@@ -131,6 +131,12 @@ class _Dispatcher:
 
     def _metrics(self, run_dir: str, line: dict[str, Any]) -> None:
         context = self._context(run_dir, line)
+        from thub.runner.metrics import is_eval_line
+
+        if is_eval_line(line):  # an evaluation after its step (HF Trainer: on_evaluate alone, not another step)
+            self._call("on_evaluate", context)
+            self._iteration(context, line)
+            return
         if self.epoch is None or context.epoch != self.epoch:
             if self.epoch is not None and self.last is not None:
                 self._call("on_epoch_end", self.last)
@@ -142,6 +148,10 @@ class _Dispatcher:
             self._call("on_evaluate", context)
         self._call("on_step_end", context)
         self.last = context
+        self._iteration(context, line)
+
+    def _iteration(self, context: TrainingHubContext, line: dict[str, Any]) -> None:
+        """``iteration_callback(step, line)`` for every metrics line; a stop the callbacks asked for."""
         if self.iteration_callback is not None:
             try:
                 self.iteration_callback(context.step, dict(line))
