@@ -114,8 +114,9 @@ def test_a_failed_push_is_exit_1_and_training_still_succeeded(thub: Any, tiny_mo
     (("--eval", "{data}/memorised.jsonl"), {"THUB_DISABLE_PLUGINS": "thub-plugin-lmeval"},
      "eval: no evaluator is installed"),
     (("--eval-base",), {}, "eval_base changes nothing without eval"),
+    (("--push", "mlflow://tuned"), {"MLFLOW_TRACKING_URI": ""}, "push mlflow://tuned: no MLflow tracking URI"),
 ], ids=["scheme", "relative-file", "public-file", "adapter-without-export", "nonempty-target", "missing-task",
-        "no-evaluator", "eval-base-alone"])
+        "no-evaluator", "eval-base-alone", "mlflow-without-tracking-uri"])
 def test_bad_push_and_eval_input_is_exit_2_before_training(thub: Any, tiny_model: Path, data: Path,
                                                           extra: tuple[str, ...], env: dict[str, str],
                                                           said: str) -> None:

@@ -117,6 +117,10 @@ def _plan_push(values: dict[str, Any]) -> dict[str, Any]:
     if needs and find_spec(needs) is None:
         raise UsageError(f"push {target.shown}: {target.scheme}:// needs {needs}, which is not installed: "
                          f"python -m pip install {needs}")
+    if target.scheme == "mlflow" and not (target.options.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
+                                          or values.get("mlflow_tracking_uri")):
+        raise UsageError(f"push {target.shown}: no MLflow tracking URI: add ?tracking_uri=URI, set "
+                         "MLFLOW_TRACKING_URI, or train with mlflow_tracking_uri")
     if target.scheme == "file":
         folder = Path(target.location)
         if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
