@@ -36,13 +36,14 @@ def test_tensorboard_log_dir_builds_a_real_sft_config(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_tensorboard_mlflow_and_wandb_get_the_loss_of_every_step(tiny_model: Path, demo_data: Path,
-                                                                  tmp_path: Path) -> None:
+                                                                  mlflow_store: str, tmp_path: Path) -> None:
     """One CPU run with all three trackers on (HF Trainer's own integrations logging); each
-    tracker's reader gives back the loss of every step of training_metrics.jsonl."""
+    tracker's reader gives back the loss of every step of training_metrics.jsonl. MLflow: the session's
+    SQLite store (created and migrated once; a new store is tests/test_trackers_concurrent.py's)."""
     from thub.runner.metrics import read_metrics
     from thub.testing import trackers
 
-    out, tb, store = tmp_path / "tracked-run", tmp_path / "tb", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    out, tb, store = tmp_path / "tracked-run", tmp_path / "tb", mlflow_store
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("THUB_", "WANDB_", "MLFLOW_"))}
     environ.update(WANDB_MODE="offline", WANDB_SILENT="true")
     done = subprocess.run(
@@ -71,7 +72,8 @@ def test_tensorboard_mlflow_and_wandb_get_the_loss_of_every_step(tiny_model: Pat
     run = MlflowClient(tracking_uri=store).get_run(run_id)
     assert run.info.run_name == "tracked-run" and run.info.status == "FINISHED"
     # artifacts beside the sqlite store, never in ./mlruns of the directory the run started from
-    assert run.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri()), run.info.artifact_uri
+    beside = Path(store.removeprefix("sqlite:///")).parent / "mlartifacts"
+    assert run.info.artifact_uri.startswith(beside.as_uri()), run.info.artifact_uri
     assert run.data.params["thub.learning_rate"] == "0.005" and run.data.params["thub.backend"] == "trl"
     artifact = Path(MlflowClient(tracking_uri=store).download_artifacts(run_id, "thub/run_metadata.json",
                                                                         str(tmp_path)))
