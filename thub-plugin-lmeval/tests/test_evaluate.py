@@ -99,3 +99,22 @@ def test_a_harness_yaml_is_used_as_it_is(tiny_model: Path, tasks: dict[str, Path
     # the YAML's own prompt: both choices after lm-eval's default target delimiter
     first = samples(tmp_path / "work", "my_capitals")[0]["arguments"]
     assert first == [["What is the capital of France?", " Paris."], ["What is the capital of France?", " London."]]
+
+
+def test_the_recorded_command_reruns_it_with_lm_evals_cli(tiny_model: Path, tasks: dict[str, Path],
+                                                          tmp_path: Path) -> None:
+    import shlex
+    import subprocess
+    import sys
+
+    (score,) = evaluate(request(tiny_model, tmp_path / "work", tasks["capitals"], apply_chat_template=True, limit=3))
+    command = shlex.split(score.arguments["command"])
+    assert command[:2] == ["lm_eval", "run"]
+    out = tmp_path / "by-hand"
+    done = subprocess.run([sys.executable, "-m", "lm_eval", *command[1:], "--output_path", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (written,) = out.rglob("results_*.json")
+    results = json.loads(written.read_text())["results"]["thub_capitals"]
+    assert results["acc,none"] == score.metrics["acc"]
+    assert results["perplexity,none"] == pytest.approx(score.metrics["perplexity"], rel=1e-9)

@@ -74,7 +74,12 @@ def test_mode_without_a_local_jsonl_task_is_refused(tiny_model: Path, tmp_path: 
 
 
 def test_vllm_is_refused_without_vllm_or_a_gpu(tiny_model: Path, tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+        pytest.skip("vllm and a GPU are both here: nothing to refuse")
     task = tmp_path / "t.jsonl"
     task.write_text(json.dumps({"prompt": "q", "answer": "a"}) + "\n")
     with pytest.raises(UsageError) as caught:
@@ -131,3 +136,12 @@ def test_registration_imports_no_harness() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_readme_documents_every_option() -> None:
+    from thub_plugin_lmeval.options import LmevalOptions
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    table = readme.split("## Options", 1)[1].split("\n## ", 1)[0]
+    documented = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
+    assert documented == set(LmevalOptions.model_fields)

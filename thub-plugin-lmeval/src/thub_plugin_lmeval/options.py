@@ -28,8 +28,6 @@ class LmevalOptions(BaseModel):
         64, gt=0, description="Local JSONL tasks in mode=generate: the most tokens generated per answer.")
     num_fewshot: int | None = Field(
         None, ge=0, description="Few-shot examples per prompt (lm-eval --num_fewshot); unset: each task's own.")
-    bootstrap_iters: int = Field(
-        100000, ge=0, description="Bootstrap iterations for stderr (lm-eval's default); 0: no stderr.")
     gpu_memory_utilization: float | None = Field(
         None, gt=0, le=1, description="backend=vllm: the share of GPU memory vLLM may take (vLLM's default: 0.9).")
     tensor_parallel_size: int | None = Field(
