@@ -9,8 +9,16 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("lm_eval", reason="lm_eval is not installed: python -m pip install 'lm-eval[hf]==0.4.13' "
-                                      "(or bash scripts/test-all.sh installs every test requirement)")
+
+
+@pytest.fixture(autouse=True)
+def _needs_lm_eval() -> None:
+    """Every test here runs the real harness: skipped, naming the install, without it."""
+    from importlib.util import find_spec
+
+    if find_spec("lm_eval") is None:
+        pytest.skip("lm_eval is not installed: python -m pip install 'lm-eval[hf]==0.4.13' "
+                    "(or bash scripts/test-all.sh installs every test requirement)")
 
 #: What the model memorises: a question and its one-word answer, with the chat template.
 CAPITALS = [("What is the capital of France?", "Paris."), ("What is the capital of Italy?", "Rome."),
