@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 
-
 @pytest.fixture(autouse=True)
 def _needs_lm_eval() -> None:
     """Every test here runs the real harness: skipped, naming the install, without it."""
