@@ -63,6 +63,8 @@ def assert_best_checkpoint_kept(out: Path) -> dict:
     assert order.index((2, True)) == order.index((2, False)) + 1
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "succeeded", result
+    # the last training line, though the run's last line is step 6's evaluation
+    assert result["last_metrics"]["step"] == 6 and "loss" in result["last_metrics"]
     best = out / "checkpoints" / "checkpoint-2"
     assert result["best_checkpoint"] == {"path": str(best), "step": 2, "metric": "eval_loss", "value": losses[0]}
     assert (best / "model.safetensors").exists()  # save_total_limit 1 did not delete it

@@ -33,7 +33,9 @@ def backend_record(backend: str, run_dir: Path) -> dict[str, Any]:
     result = read_json(layout.result) or {}
     record = read_json(layout.record) or {}
     built = read_built(run_dir) or {}
-    lines = read_metrics(layout.metrics)
+    from thub.runner.metrics import is_eval_line
+
+    lines = [line for line in read_metrics(layout.metrics) if not is_eval_line(line)]  # training steps only
     per_example = built.get("per_example") or {}
     speeds = [line["tokens_per_second"] for line in lines if isinstance(line.get("tokens_per_second"), (int, float))]
     first = lines[0] if lines else {}

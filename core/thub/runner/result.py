@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from thub.redact import redact
-from thub.runner.metrics import read_metrics
+from thub.runner.metrics import is_eval_line, read_metrics
 from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
 
 
@@ -22,7 +22,7 @@ def write_result(run_dir: RunDirectory, result: dict[str, Any], *, started: floa
     """Complete ``result`` with the run's fields, redact it and write ``result.json`` atomically.
 
     ``result`` holds the outcome (``status``, ``error``, ``reason``, ...); this adds ``run_dir``,
-    ``checkpoints`` and ``last_metrics`` (from the run's event and metrics files unless the
+    ``checkpoints`` and ``last_metrics`` (the last training line; from the run's event and metrics files unless the
     caller followed them already), ``wall_seconds`` since ``started``, ``log``, ``outputs``,
     ``final_checkpoint`` (None unless set), ``best_checkpoint``
     (:func:`thub.runner.best.best_checkpoint`: the lowest ``eval_loss`` among the complete
@@ -35,9 +35,10 @@ def write_result(run_dir: RunDirectory, result: dict[str, Any], *, started: floa
     """
     if checkpoints is None:
         checkpoints = [{"path": e["path"], "step": e["step"]} for e in read_metrics(run_dir.events) if "path" in e]
-    if last_metrics is None:
-        lines = read_metrics(run_dir.metrics)
-        last_metrics = lines[-1] if lines else None
+    if last_metrics is None or is_eval_line(last_metrics):
+        # the last training line (an evaluation line after the last step has no loss)
+        lines = [line for line in read_metrics(run_dir.metrics) if not is_eval_line(line)]
+        last_metrics = lines[-1] if lines else last_metrics
     record = read_json(run_dir.record) or {}
     result = {
         **result,
