@@ -122,7 +122,7 @@ def s3_server() -> Iterator[tuple[dict[str, str], subprocess.Popen[bytes]]]:
 
 
 def _client(environ: dict[str, str]) -> Any:
-    import boto3
+    import boto3  # type: ignore[import-untyped]  # ships no stubs
 
     return boto3.client("s3", endpoint_url=environ["AWS_ENDPOINT_URL"], region_name="us-east-1",
                         aws_access_key_id="x", aws_secret_access_key="y")
@@ -290,8 +290,9 @@ def test_training_hubs_checkpoint_storage_maps_to_the_mirror(tmp_path: Path) -> 
     import thub as api
     from thub.errors import UsageError
 
-    base = {"backend": "trl", "model_path": "m", "data_path": str(ROOT / "examples" / "data" / "chat.jsonl"),
-            "ckpt_output_dir": str(tmp_path / "o")}
+    base: dict[str, Any] = {"backend": "trl", "model_path": "m",
+                            "data_path": str(ROOT / "examples" / "data" / "chat.jsonl"),
+                            "ckpt_output_dir": str(tmp_path / "o")}
     plan = api.dry_run("lora_sft", **base, checkpoint_storage="s3://bucket/run", micro_batch_size=2)
     assert plan["parameters"]["checkpoint_storage"]["value"] == "s3://bucket/run"
     local = api.dry_run("sft", **base, checkpoint_storage="pvc")  # Training Hub's "filesystem only"
