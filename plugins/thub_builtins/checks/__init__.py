@@ -97,6 +97,8 @@ _CHECKS: tuple[tuple[str, str, Callable, frozenset[str], float, Callable | None]
      None),
     ("core.vllm", "vLLM extension loads", _lazy("libs:check_vllm"), frozenset({_SLOW, _GPU}), 120, None),
     ("core.caches", "Cache sizes", _lazy("storage:check_caches"), frozenset({_SLOW}), 30, None),
+    ("core.training-hub", "Training Hub's `thub` script", _lazy("training_hub:check_training_hub"), frozenset(), 5,
+     None),
 )
 
 
