@@ -98,10 +98,15 @@ def test_unknown_task_names_the_closest(tiny_model: Path) -> None:
 
 
 @pytest.mark.slow
-def test_named_task_offline_and_not_cached_fails_fast_naming_its_data(tiny_model: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("setting", "state"), [
+    ({"HF_ENDPOINT": "http://127.0.0.1:9"}, "unreachable ("),  # port 9 (discard): connection refused
+    ({"HF_HUB_OFFLINE": "1"}, "set offline (HF_HUB_OFFLINE=1)"),
+])
+def test_named_task_offline_and_not_cached_fails_fast_naming_its_data(setting: dict[str, str], state: str,
+                                                                      tiny_model: Path, tmp_path: Path) -> None:
     """In a child process (so the offline flags it sets cannot leak), with an empty HF_HOME and a
-    Hub endpoint that refuses connections: lm-eval would retry for half a minute per file; the
-    probe makes it one clear error. The timeout is only a hang guard."""
+    Hub endpoint that refuses connections (or HF_HUB_OFFLINE=1): lm-eval would retry for half a
+    minute per file; the probe makes it one clear error. The timeout is only a hang guard."""
     code = (
         "import sys\n"
         "from thub.errors import UsageError\n"
@@ -115,11 +120,11 @@ def test_named_task_offline_and_not_cached_fails_fast_naming_its_data(tiny_model
         "    sys.exit(2)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "THUB_"))}
-    env.update(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT="http://127.0.0.1:9")  # port 9: discard, refused
+    env.update(HF_HOME=str(tmp_path / "hf"), **setting)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr[-3000:]
     line = done.stdout.strip()
-    assert line.startswith("USAGE hellaswag reads Rowan/hellaswag from the Hugging Face Hub, which is unreachable")
+    assert line.startswith(f"USAGE hellaswag reads Rowan/hellaswag from the Hugging Face Hub, which is {state}")
     assert f"HF_HOME={tmp_path / 'hf'}" in line and "give a local task file" in line
     assert "Retrying" not in done.stderr  # offline mode was set: datasets did not retry the Hub
 

@@ -89,7 +89,8 @@ def offline_mode(reason: str | None) -> Iterator[None]:
 
 def missing_dataset(task: str, dataset: str, reason: str) -> UsageError:
     """The error for a named task whose data is neither reachable nor cached."""
+    state = "set offline" if reason.endswith("=1") else "unreachable"
     return UsageError(
-        f"{task} reads {dataset} from the Hugging Face Hub, which is unreachable ({reason}) and not in the "
+        f"{task} reads {dataset} from the Hugging Face Hub, which is {state} ({reason}) and not in the "
         f"local cache (HF_HOME={cache_home()}); download it where the network is (same HF_HOME), "
         "or give a local task file (.jsonl prompts/answers or a harness .yaml)")
