@@ -26,7 +26,8 @@ from thub.manager import get_registry
 ROOT = Path(__file__).parents[1]
 WHEEL = ROOT / "build" / "training-hub-0.11.2" / "training_hub"
 MODULES = {"sft": "algorithms/sft.py", "osft": "algorithms/osft.py", "lora_sft": "algorithms/lora.py",
-           "lora_grpo": "algorithms/lora_grpo.py", "grpo": "algorithms/lora_grpo.py"}
+           "lora_grpo": "algorithms/lora_grpo.py", "grpo": "algorithms/lora_grpo.py",
+           "embedding_sft": "algorithms/embedding_sft.py"}
 DATA = str(ROOT / "examples" / "data" / "chat.jsonl")
 PROMPTS = str(ROOT / "examples" / "data" / "grpo.jsonl")
 
@@ -103,7 +104,9 @@ DOMAIN = {"nproc_per_node": ["4", 2, "auto"], "bnb_4bit_quant_type": ["nf4"], "l
           "rdzv_id": ["job-1", 100], "rdzv_endpoint": ["127.0.0.1:29500"], "master_addr": ["10.0.0.1"],
           "bnb_4bit_compute_dtype": ["bfloat16"],
           "checkpoint_storage": ["s3://bucket/run", "file:///tmp/checkpoints"],  # 'pvc': nothing to set
-          "group_size": [8]}  # a GRPO group of 1 has no relative advantage: thub asks for >= 2
+          "group_size": [8],  # a GRPO group of 1 has no relative advantage: thub asks for >= 2
+          "loss_type": ["batch_all_triplet", "mnrl"], "batch_sampler": ["group_by_label", "no_duplicates"],
+          "warmup_ratio": [0.0, 0.1], "loss_fn": ["sentence_transformers.losses:BatchSemiHardTripletLoss"]}
 
 
 def _samples(name: str, annotation: str) -> list[Any]:

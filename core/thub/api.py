@@ -157,6 +157,12 @@ def lora_grpo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return _training_hub_call("lora_grpo", args, kwargs)
 
 
+def embedding_sft(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``train("embedding_sft", ...)``: contrastive fine-tuning of a sentence-transformers embedding model
+    (Training Hub's ``embedding_sft`` arguments; thub-plugin-sentence-transformers registers it)."""
+    return _training_hub_call("embedding_sft", args, kwargs)
+
+
 def evaluate_model(model_or_run: str | Path, tasks: str | list[str], *, base: bool = False,
                    checkpoints: str = "final", evaluator: str | None = None, limit: int | None = None,
                    batch_size: int = 1, device: str | None = None, options: dict[str, Any] | None = None,

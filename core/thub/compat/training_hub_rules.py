@@ -1,7 +1,8 @@
 """Training Hub names: the one table that lets its users move over unchanged.
 
 Training Hub (PyPI ``training-hub`` 0.11.2) exposes ``sft``, ``osft``, ``lora_sft``,
-``lora_grpo`` and ``grpo``. Every keyword of theirs is, in thub, one of:
+``lora_grpo``, ``grpo`` and ``embedding_sft`` (thub-plugin-sentence-transformers). Every keyword
+of theirs is, in thub, one of:
 
 * **same**: a thub parameter of the same name and meaning (found in the algorithm's pydantic
   model; a ``same`` rule here only adds a type conversion, e.g. an int ``rdzv_id``);
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 VERSION = "0.11.2"
-FUNCTIONS = ("sft", "osft", "lora_sft", "lora_grpo", "grpo")
+FUNCTIONS = ("sft", "osft", "lora_sft", "lora_grpo", "grpo", "embedding_sft")
 
 _LOGGING = ("wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",
             "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name")
@@ -67,6 +68,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
              "num_iterations", "group_size", "prompt_batch_size", "learning_rate", "temperature", "max_tokens",
              "max_prompt_length", "gpu_memory_utilization", "n_gpus", "nnodes", "tensor_parallel_size",
              "use_dr_grpo", "iteration_callback", *_GRPO_LOGGING),
+    "embedding_sft": ("model_path", "data_path", "ckpt_output_dir"),
 }
 # Keyword-only parameters (after ``*``).
 KEYWORD_ONLY: dict[str, tuple[str, ...]] = {
@@ -76,6 +78,8 @@ KEYWORD_ONLY: dict[str, tuple[str, ...]] = {
                  "checkpoint_storage"),
     "lora_grpo": (),
     "grpo": (),
+    "embedding_sft": ("backend", "loss_type", "loss_fn", "num_epochs", "batch_size", "learning_rate", "warmup_ratio",
+                      "batch_sampler", "eval_data_path", "text_column", "label_column", "seed"),
 }
 # ``**kwargs`` names Training Hub forwards: read by its own code, or fields of the backend's
 # arguments (instructlab-training 0.16 TrainingArgs for sft, mini-trainer 0.9 TrainingArgs for osft)
@@ -100,10 +104,11 @@ KWARGS: dict[str, tuple[str, ...]] = {
                  "seed", "max_grad_norm", "weight_decay", "save_model"),
     "lora_grpo": ("art_model_name", "art_project", "art_path", *_GRPO_KWARGS),
     "grpo": _GRPO_KWARGS,
+    "embedding_sft": (),  # its other keywords are only warned about and ignored there: thub refuses them
 }
 # The backend Training Hub uses when none is named (lora_grpo/grpo: the function's default, verl).
 DEFAULT_BACKEND = {"sft": "instructlab-training", "osft": "mini-trainer", "lora_sft": "unsloth",
-                   "lora_grpo": "verl", "grpo": "verl"}
+                   "lora_grpo": "verl", "grpo": "verl", "embedding_sft": "sentence-transformers"}
 # lora_grpo/grpo pass every signature default explicitly to their backend: the values a Training
 # Hub run used when the caller left them out (checked against the wheel's signatures).
 _GRPO_DEFAULTS = {"num_iterations": 15, "group_size": 8, "prompt_batch_size": 100, "learning_rate": 1e-05,
@@ -256,6 +261,29 @@ def _storage(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(value, str) or "://" not in value:
         raise ValueError(f"expected None, 'pvc' or a URI such as 's3://bucket/prefix', found {value!r}")
     return {"checkpoint_storage": value}
+
+
+def _column(default: str) -> Converter:
+    """embedding_sft's ``text_column``/``label_column``: thub's ``text_label`` rows are read from
+    ``text`` and ``label``; another column name is refused with the rename to make."""
+    def convert(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
+        if value != default:
+            raise ValueError(f"thub's text_label rows hold the key {default!r}: rename {value!r} to {default!r} in "
+                             "your data")
+        return {}
+    return convert
+
+
+def _loss_fn(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
+    """A loss class or factory (``f(model) -> loss``) by import string; a loss object built in the
+    caller's process (bound to a model there) cannot reach the training process."""
+    if value is None:
+        return {}
+    if isinstance(value, str) or isinstance(value, type) or getattr(value, "__code__", None) is not None:
+        return {"loss_fn": import_string(value)}
+    raise ValueError(f"a loss object ({type(value).__name__}) is bound to a model built in this process; pass its "
+                     "class (or a function model -> loss) by import string, e.g. 'sentence_transformers."
+                     "sentence_transformer.losses:BatchSemiHardTripletLoss': thub calls it with the model it trains")
 
 
 def _rdzv_id(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
@@ -412,6 +440,11 @@ RULES: dict[str, Rule] = {
     "art_path": refuse("thub keeps ART's files in the run directory (ckpt_output_dir)"),
     "reward_type": Rule("mapped", "tool_call or math: reward [tool_call] or [math]", "reward", _reward_type),
     "data_source": refuse("thub passes each row's own columns to the reward; data_source is not needed"),
+    # embedding_sft (sentence-transformers); batch_size (per device, one process) and eval_data_path: above
+    "loss_fn": Rule("same", "a loss class or a function model -> loss, by import string or as a module-level "
+                            "object (thub calls it with the model); a loss object is refused", "loss_fn", _loss_fn),
+    "text_column": Rule("fixed", "'text' is accepted; rename other keys", convert=_column("text")),
+    "label_column": Rule("fixed", "'label' is accepted; rename other keys", convert=_column("label")),
 }
 
 
