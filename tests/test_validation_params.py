@@ -85,7 +85,7 @@ def test_a_missing_held_out_file_is_refused(tmp_path: Path) -> None:
 
 def test_held_out_rows_of_another_kind_are_refused() -> None:
     documents = ROOT / "examples" / "data" / "grpo.jsonl"
-    with pytest.raises(UsageError, match=r"grpo\.jsonl:1"):
+    with pytest.raises(UsageError, match=r"validation_data_path: sft expects .*grpo\.jsonl:1"):
         plan(validation_data_path=str(documents), validation_frequency=2)
     with pytest.raises(UsageError, match="the held-out rows must be of the same kind"):
         plan(validation_data_path=str(CHAT), validation_frequency=2, is_pretraining=True, block_size=64,

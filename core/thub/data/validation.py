@@ -58,7 +58,10 @@ def validate_validation_data(params: Mapping[str, Any], algorithm: AlgorithmSpec
     if algorithm is not None:
         from thub.data.kinds import check_kind
 
-        check_kind(algorithm, loaded.kind, loaded.format, where)
+        try:
+            check_kind(algorithm, loaded.kind, loaded.format, where)
+        except UsageError as exc:
+            raise UsageError(f"validation_data_path: {exc}") from None
     if training_kind and loaded.kind != training_kind:
         raise UsageError(f"validation_data_path: `{where}` is a {loaded.kind} row; the training data is "
                          f"{training_kind} rows: the held-out rows must be of the same kind")
