@@ -97,6 +97,9 @@ CATALOG: dict[str, PluginEntry] = {
                           "4.3 GB; requires triton): use --into managed --gpu (or --extra axolotl without a "
                           "GPU); its PyPI dependency `art` collides with openpipe-art",
                     algorithms=("sft", "lora_sft", "dpo", "kto")),
+        PluginEntry("sentence-transformers", "thub-plugin-sentence-transformers", "thub-plugin-sentence-transformers",
+                    notes="sentence-transformers (embedding_sft: contrastive fine-tuning of embedding models); trains "
+                          "on CPU or GPU", algorithms=("embedding_sft",)),
     )
 }
 ALIASES = {"minitrainer": "mini-trainer", "mini_trainer": "mini-trainer", "ilab": "instructlab",
