@@ -150,3 +150,16 @@ def test_the_readme_documents_every_option() -> None:
     table = readme.split("## Options", 1)[1].split("\n## ", 1)[0]
     documented = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
     assert documented == set(LmevalOptions.model_fields)
+
+
+def test_a_group_yaml_by_path_is_refused(tmp_path: Path) -> None:
+    group = tmp_path / "mine.yaml"
+    group.write_text("group: mine\ntask:\n  - task: a\n    dataset_path: json\n")
+    request = EvalRequest(model_path=str(tmp_path), label="final", tasks=(EvalTask("mine", str(group)),))
+    with pytest.raises(UsageError, match="a group config; lm-eval .* loads a task YAML by path, not a group"):
+        evaluate(request)
+    (tmp_path / "none.yaml").write_text("dataset_path: json\n")
+    request = EvalRequest(model_path=str(tmp_path), label="final",
+                          tasks=(EvalTask("none", str(tmp_path / "none.yaml")),))
+    with pytest.raises(UsageError, match="expected a harness task config \\(a 'task' key\\), found dataset_path"):
+        evaluate(request)

@@ -90,6 +90,28 @@ def _model_args(request: EvalRequest, options: LmevalOptions) -> dict[str, Any]:
     return args
 
 
+def _check_yaml(path: Path) -> None:
+    """A harness YAML lm-eval can load by path: a task config (it builds a group's file as a task)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    try:
+        config = load_yaml(path, resolve_func=False)
+    except Exception as exc:  # noqa: BLE001 - YAML syntax, a missing include: the user's file
+        raise UsageError(f"{path}: not a harness task YAML lm-eval can read ({exc})") from None
+    if not isinstance(config, dict) or "task" not in config:
+        found = ", ".join(config) if isinstance(config, dict) else type(config).__name__
+        raise UsageError(f"{path}: expected a harness task config (a 'task' key), found {found or 'nothing'}")
+    if "group" in config and not isinstance(config["task"], str):
+        raise UsageError(f"{path}: a group config; lm-eval {_version()} loads a task YAML by path, not a group: "
+                         "give its tasks' YAML files")
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("lm_eval")
+
+
 def _plan(request: EvalRequest, options: LmevalOptions, tasks_dir: Path) -> list[_Planned]:
     """Local JSONL files checked and written as harness tasks; YAML files and names as given."""
     planned = []
@@ -105,6 +127,7 @@ def _plan(request: EvalRequest, options: LmevalOptions, tasks_dir: Path) -> list
                                  apply_chat_template=request.apply_chat_template, max_gen_toks=options.max_gen_toks)
             planned.append(_Planned(task, name))
         elif path.suffix in (".yaml", ".yml"):
+            _check_yaml(path)
             planned.append(_Planned(task, str(path)))  # lm-eval loads a YAML path as it is (its CLI does too)
         else:
             raise UsageError(f"--tasks {task.path}: lmeval reads .jsonl and .yaml task files, not {path.suffix}")
