@@ -6,14 +6,12 @@ once per step though LLaMA-Factory evaluates again after training) and keeps the
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from test_validation_runs import assert_best_checkpoint_kept, validating_run  # noqa: E402
+from thub.testing.validation import assert_best_checkpoint_kept, validating_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.install]
 
