@@ -235,6 +235,9 @@ def test_config_errors_name_file_line_and_key(thub_cli, tmp_path: Path) -> None:
     config.write_text(f"model_path: m\ndata_path: {DATA / 'chat.jsonl'}\nckpt_output_dir: o\nlerning_rate: 1\n")
     done = thub_cli("sft", "--config", str(config), "--dry-run")
     assert done.exit_code == 2 and "unknown parameter 'lerning_rate'" in done.stderr  # never passed on unseen
+    config.write_text(f"model_path: m\ndata_path: {DATA / 'chat.jsonl'}\nckpt_output_dir: o\ncallbacks: [x]\n")
+    done = thub_cli("sft", "--config", str(config), "--dry-run")
+    assert done.exit_code == 2 and f"{config}:4: callbacks takes Python objects" in done.stderr
     done = thub_cli("sft", "--data-path", "d.jsonl", "--dry-run")
     assert done.exit_code == 2 and "required: --model-path, --ckpt-output-dir" in done.stderr
 
@@ -276,3 +279,15 @@ def test_a_real_run_through_training_hubs_command_line(thub, tiny_model: Path, t
     assert result["status"] == "succeeded"
     record = json.loads((out / "thub_run.json").read_text())
     assert "lora-sft" in json.dumps(record)
+
+
+def test_training_hub_command_line_imports_no_training_library(tmp_path: Path) -> None:
+    from thub.testing import imported_heavy_modules
+
+    argv = ["sft", "--model-path", "m", "--data-path", str(DATA / "chat.jsonl"), "--ckpt-output-dir",
+            str(tmp_path / "o"), "--dry-run"]
+    probe = ("import sys\n"
+             f"sys.argv = ['thub', *{argv!r}]\n"
+             "from thub.cli.main import main\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n")
+    assert imported_heavy_modules(probe) == []

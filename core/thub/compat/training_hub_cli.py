@@ -248,6 +248,7 @@ def keywords(subcommand: str, argv: Sequence[str]) -> tuple[dict[str, Any], dict
 
     Bad input raises UsageError naming the flag, or the file, line and key.
     """
+    from thub.compat.training_hub_rules import RULES
     from thub.config.resolve import read_config_file
 
     args = parser(subcommand).parse_args(list(argv))
@@ -262,6 +263,10 @@ def keywords(subcommand: str, argv: Sequence[str]) -> tuple[dict[str, Any], dict
         document = read_config_file(config)
         for key, value in document.values.items():
             name = python_name(str(key))
+            rule = RULES.get(name)
+            if name not in kinds and rule is not None and rule.kind == "api":  # e.g. callbacks: objects
+                raise UsageError(f"{document.where(str(key))}: {key} takes Python objects, which a YAML file "
+                                 f"cannot hold: pass it to thub.{SUBCOMMANDS[subcommand]}(...) ({rule.note})")
             try:
                 # a key that is no flag of the subcommand goes on as Training Hub passes it on (the
                 # keyword rules then accept, map or refuse it: nothing is dropped unseen)
