@@ -258,3 +258,19 @@ def test_training_hub_callbacks_get_an_evaluation_line_as_on_evaluate_alone() ->
                                      "on_epoch_end", "on_train_end"]
     assert calls[4] == ("on_evaluate", 2, 1.7) and calls[-1] == ("on_train_end", 2, 1.5)
     assert seen == [2, 2]
+
+
+def test_the_thub_route_logs_an_evaluation_as_hf_trainer_does(tmp_path: Path) -> None:
+    """TensorBoard on the thub route (mini-trainer): eval_loss as eval/loss, as HF Trainer's own
+    TensorBoardCallback writes it (rewrite_logs), training numbers as train/<name>."""
+    pytest.importorskip("tensorboard")
+    from thub.testing.trackers import tensorboard_scalars
+    from thub.trackers.sink import TensorBoardWriter, hf_tag, numeric_metrics
+
+    writer = TensorBoardWriter(str(tmp_path))
+    writer.log(2, numeric_metrics({"step": 2, "max_steps": 4, "epoch": 0.5, "loss": 1.5, "learning_rate": 1e-4}))
+    writer.log(2, numeric_metrics({"step": 2, "max_steps": 4, "epoch": 0.5, "eval_loss": 1.7, "eval_runtime": 0.1}))
+    writer.close("succeeded")
+    assert tensorboard_scalars(tmp_path, "eval/loss") == {2: pytest.approx(1.7)}
+    assert tensorboard_scalars(tmp_path, "train/loss") == {2: pytest.approx(1.5)}
+    assert (hf_tag("eval_runtime"), hf_tag("grad_norm")) == ("eval/runtime", "train/grad_norm")

@@ -27,6 +27,12 @@ from thub.trackers import BY_NAME, metadata_markdown, read_record, run_metadata,
 SKIP_FIELDS = frozenset({"step", "max_steps", "timestamp"})
 
 
+def hf_tag(name: str) -> str:
+    """A metric's TensorBoard/W&B name as HF Trainer's integrations write it (``rewrite_logs``):
+    ``eval_<x>`` (an evaluation line's numbers) as ``eval/<x>``, every other as ``train/<name>``."""
+    return f"eval/{name.removeprefix('eval_')}" if name.startswith("eval_") else f"train/{name}"
+
+
 def numeric_metrics(line: Mapping[str, Any]) -> dict[str, float]:
     """The metrics of one ``training_metrics.jsonl`` line (numbers only, bookkeeping left out)."""
     return {k: float(v) for k, v in line.items()
@@ -62,7 +68,7 @@ class TensorBoardWriter:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        values = [Summary.Value(tag=f"train/{k}", simple_value=v) for k, v in metrics.items()]
+        values = [Summary.Value(tag=hf_tag(k), simple_value=v) for k, v in metrics.items()]
         self.writer.add_event(Event(wall_time=wall_time or time.time(), step=step, summary=Summary(value=values)))
         self.writer.flush()
 
@@ -181,7 +187,7 @@ class WandbWriter:
         self.run.define_metric("*", step_metric="train/global_step", step_sync=True)
 
     def log(self, step: int, metrics: Mapping[str, float], wall_time: float | None = None) -> None:
-        self.run.log({**{f"train/{k}": v for k, v in metrics.items()}, "train/global_step": step}, step=step)
+        self.run.log({**{hf_tag(k): v for k, v in metrics.items()}, "train/global_step": step}, step=step)
 
     def close(self, status: str) -> None:
         self.run.finish(exit_code=0 if status == "succeeded" else 1)
