@@ -102,14 +102,14 @@ def validate_training_data(params: Mapping[str, Any], algorithm: AlgorithmSpec |
     mixing = mix_settings(params)
     rows, locations = mix_loaded(loaded, mixing["strategy"], mixing["probabilities"], mixing["seed"])
     if algorithm is not None:
-        _kind_gate(loaded[0].kind, rows, locations, params)
+        kind_gate(loaded[0].kind, rows, locations, params)
         from thub.data.validation import validate_validation_data
 
         validate_validation_data(params, algorithm, loaded[0].kind)  # validation_data_path: the same gate
     return TrainingData(rows, locations, loaded[0].kind, data_key(params, files), files)
 
 
-def _kind_gate(kind: str, rows: list[dict[str, Any]], locations: list[str], params: Mapping[str, Any]) -> None:
+def kind_gate(kind: str, rows: list[dict[str, Any]], locations: list[str], params: Mapping[str, Any]) -> None:
     """The data kind's own gate over the mixed rows (``DataKindSpec.gate``: e.g. preference pairs
     held to ``max_seq_len``); its warnings are printed, its refusal raised."""
     from thub.data.kinds import kind_spec, loaded

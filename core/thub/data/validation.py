@@ -46,7 +46,7 @@ def validate_validation_data(params: Mapping[str, Any], algorithm: AlgorithmSpec
     if source is None:
         return None
     from thub.data.loading import load_sources
-    from thub.data.training import TrainingData, _kind_gate, source_hashes
+    from thub.data.training import TrainingData, kind_gate, source_hashes
 
     try:
         loaded = load_sources([source])[0]
@@ -66,7 +66,7 @@ def validate_validation_data(params: Mapping[str, Any], algorithm: AlgorithmSpec
         raise UsageError(f"validation_data_path: `{where}` is a {loaded.kind} row; the training data is "
                          f"{training_kind} rows: the held-out rows must be of the same kind")
     if algorithm is not None:
-        _kind_gate(loaded.kind, loaded.rows, loaded.locations, params)
+        kind_gate(loaded.kind, loaded.rows, loaded.locations, params)
     files = source_hashes({"data_path": str(source.path)})
     return TrainingData(loaded.rows, loaded.locations, loaded.kind, "", files)
 
