@@ -48,9 +48,14 @@ def test_plan_builds_real_training_arguments(tmp_path: Path) -> None:
 
 
 def test_sampler_follows_the_loss_as_in_training_hub() -> None:
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers.sentence_transformer.training_args import BatchSamplers
+
     assert _plan(loss_type="mnrl")["args"]["batch_sampler"] == "no_duplicates"
     assert _plan(loss_type="mnrl")["pairs"] is True
-    assert _plan(loss_fn="m:L")["args"]["batch_sampler"] == "default"
+    # Training Hub's "default" is sentence-transformers' plain BatchSampler
+    assert BatchSamplers(_plan(loss_fn="m:L")["args"]["batch_sampler"]) is BatchSamplers.BATCH_SAMPLER
+    assert BatchSamplers(_plan(batch_sampler="default")["args"]["batch_sampler"]) is BatchSamplers.BATCH_SAMPLER
     assert _plan(loss_type="mnrl", batch_sampler="group_by_label")["args"]["batch_sampler"] == "group_by_label"
 
 

@@ -46,7 +46,8 @@ def finished(out: Path, status: str = "succeeded") -> dict[str, Any]:
 
 @pytest.mark.parametrize("loss", ["--loss-type=batch_all_triplet", "--loss-type=batch_hard_triplet",
                                   "--loss-type=mnrl",
-                                  "--loss-fn=sentence_transformers.sentence_transformer.losses:BatchSemiHardTripletLoss"])
+                                  "--loss-fn=sentence_transformers.sentence_transformer.losses:BatchSemiHardTripletLoss",
+                                  "--batch-sampler=default"])
 def test_each_loss_trains_and_reports_held_out_triplet_accuracy(loss: str, tiny_embedder: Path, labelled: Path,
                                                                  tmp_path: Path) -> None:
     out = tmp_path / "run"

@@ -24,14 +24,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {"embedding_sft": {"num_epochs": 20, "effe
                                                          "learning_rate": 2e-5}}
 
 
+#: Training Hub's sampler names -> sentence-transformers' ``BatchSamplers`` values
+SAMPLERS = {"group_by_label": "group_by_label", "no_duplicates": "no_duplicates", "default": "batch_sampler"}
+
+
 def batch_sampler(params: Any) -> str:
     """The sampler set, else Training Hub's choice by loss: ``no_duplicates`` for mnrl (no text twice
     in a batch of in-batch negatives), ``default`` for a custom loss, ``group_by_label`` for the
-    triplet losses (every batch holds several texts of a label)."""
+    triplet losses (every batch holds several texts of a label); as a ``BatchSamplers`` value."""
     if params["batch_sampler"] is not None:
-        return str(params["batch_sampler"])
+        return SAMPLERS[params["batch_sampler"]]
     if params["loss_fn"]:
-        return "default"
+        return SAMPLERS["default"]
     return "no_duplicates" if params["loss_type"] == "mnrl" else "group_by_label"
 
 
