@@ -54,3 +54,21 @@ def test_python_api_takes_a_loss_class_and_refuses_a_loss_object(labelled: Path,
     assert converted["loss_fn"].endswith(":BatchSemiHardTripletLoss")
     with pytest.raises(UsageError, match="loss object .* is bound to a model"):
         thub.embedding_sft("m", str(labelled), str(tmp_path / "o"), loss_fn=object())
+
+
+@pytest.mark.slow
+def test_training_hubs_command_line_and_python_call_train(tiny_embedder: Path, labelled: Path, tmp_path: Path) -> None:
+    """``thub embedding-sft ...`` and ``thub.embedding_sft(...)`` with Training Hub's names train for real."""
+    out = tmp_path / "cli"
+    done = _th_cli("--model-path", str(tiny_embedder), "--data-path", str(labelled), "--ckpt-output-dir", str(out),
+                   "--batch-size", "8", "--num-epochs", "1", "--learning-rate", "1e-3")
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "succeeded" and result["summary"]["global_step"] == 3  # 24 rows, 8 a batch
+
+    api_out = tmp_path / "api"
+    returned = thub.embedding_sft(str(tiny_embedder), str(labelled), str(api_out), loss_type="batch_hard_triplet",
+                                  num_epochs=1, batch_size=12, progress=False)
+    assert returned["status"] == "succeeded"
+    assert json.loads((api_out / "result.json").read_text())["summary"]["global_step"] == 2
+    assert (api_out / "final" / "modules.json").exists()
