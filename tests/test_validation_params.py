@@ -116,15 +116,45 @@ def test_llamafactory_names_an_eval_dataset_for_the_held_out_file(held_out: Path
 
 
 @pytest.mark.needs_backend("axolotl")
-def test_axolotl_tracks_the_best_checkpoint_of_its_validation_split() -> None:
+def test_axolotl_tracks_the_best_checkpoint_of_its_validation_split(held_out: Path) -> None:
     config = plan("axolotl", validation_split=0.25, validation_frequency=3)["translation"]["config"]
     assert (config["val_set_size"], config["eval_steps"], config["metric_for_best_model"],
             config["greater_is_better"]) == (0.25, 3, "eval_loss", False)
+    assert "test_datasets" not in config
+    translation = plan("axolotl", validation_data_path=str(held_out), validation_frequency=3)["translation"]
+    config = translation["config"]
+    assert config["val_set_size"] == 0.0 and config["metric_for_best_model"] == "eval_loss"
+    assert config["test_datasets"] == [{"path": translation["data"]["validation_file"], "ds_type": "json"}]
+
+
+@pytest.mark.needs_backend("axolotl")
+def test_axolotl_writes_the_held_out_examples_as_the_training_ones(tiny_model: Path, held_out: Path,
+                                                                     tmp_path: Path) -> None:
+    """runner.write_inputs: validation.jsonl (thub's tokens and masks, as train.jsonl), the config's
+    prepared-data folder keyed by both files."""
+    import yaml
+    from thub_plugin_axolotl.runner import write_inputs
+    from thub_plugin_axolotl.translate import translate
+
+    from thub.config.resolve import resolve
+    from thub.manager import load_registry
+
+    params = resolve(load_registry(), "sft", backend="axolotl", environ={}, flags={
+        "model_path": str(tiny_model), "data_path": str(CHAT), "ckpt_output_dir": str(tmp_path / "run"),
+        "max_seq_len": 256, "validation_data_path": str(held_out), "validation_frequency": 2}).values()
+    run_dir = RunDirectory(tmp_path / "run")
+    run_dir.path.mkdir(parents=True)
+    translation = translate("sft", params)
+    write_inputs(RunContext(algorithm="sft", backend="axolotl", params=params, run_dir=run_dir), translation)
+    rows = [json.loads(line) for line in Path(translation["data"]["validation_file"]).read_text().splitlines()]
+    train = [json.loads(line) for line in Path(translation["data"]["file"]).read_text().splitlines()]
+    assert len(rows) == 4 and rows == train[:4]  # the held-out file is the first 4 training rows
+    config = yaml.safe_load(Path(translation["config_file"]).read_text())
+    assert config["test_datasets"][0]["path"] == translation["data"]["validation_file"]
 
 
 @pytest.mark.parametrize("backend", [
     pytest.param("instructlab-training", marks=pytest.mark.needs_backend("instructlab-training")),
-    pytest.param("axolotl", marks=pytest.mark.needs_backend("axolotl")),
 ])
 def test_backends_without_a_separate_held_out_file_refuse_it(backend: str, held_out: Path) -> None:
     with pytest.raises(UsageError, match=f"(?s)backend '{backend}' does not honour .*validation_data_path"):

@@ -27,7 +27,7 @@ FIELDS = ("base_model", "micro_batch_size", "gradient_accumulation_steps", "batc
           "min_sample_len", "shuffle_merged_datasets", "auto_resume_from_checkpoints", "dataset_num_proc",
           # preference tuning
           "rl", "rl_beta", "dpo_loss_type", "dpo_label_smoothing", "simpo_gamma", "cpo_alpha", "kto_desirable_weight",
-          "kto_undesirable_weight", "remove_unused_columns")
+          "kto_undesirable_weight", "remove_unused_columns", "metric_for_best_model", "greater_is_better")
 CPU = {"bf16": False, "fp8": False, "tf32": False, "n_gpu": 0, "n_node": 1, "compute_capability": None}
 
 
@@ -41,6 +41,9 @@ def check(config: dict) -> dict:
     dataset = cfg["datasets"][0]
     out["dataset"] = {k: dataset.get(k) for k in ("path", "ds_type", "type", "field", "field_messages",
                                                     "message_property_mappings", "roles_to_train", "train_on_eos")}
+    if cfg.get("test_datasets"):
+        test = cfg["test_datasets"][0]
+        out["test_dataset"] = {k: test.get(k) for k in ("path", "ds_type", "type")}
     return json.loads(json.dumps(out, default=str))
 
 

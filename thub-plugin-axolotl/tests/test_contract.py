@@ -135,10 +135,16 @@ def test_axolotl_validates_the_translation(tiny_model: Path) -> None:
         _plan("lora_sft", model_path=str(tiny_model), lora_r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
               use_rslora=True, effective_batch_size=6, nproc_per_node=3),
         _plan("sft", model_path=str(tiny_model), is_pretraining=True, block_size=64, packing=True),
+        # issue 28: a separate held-out file as axolotl's test_datasets, the best checkpoint by eval_loss
+        _plan("sft", model_path=str(tiny_model), validation_data_path="held_out.jsonl", validation_frequency=2,
+              save_steps=2, save_total_limit=1),
     ]
     bad = json.loads(json.dumps(plans[0]["config"]))
     bad["sequence_len"] = "long"  # the schema is real: a wrong type is rejected by axolotl
-    sft, lora, pre, rejected = _axolotl_checks([p["config"] for p in plans] + [bad])
+    sft, lora, pre, held, rejected = _axolotl_checks([p["config"] for p in plans] + [bad])
+    assert "error" not in held, held
+    assert (held["val_set_size"], held["eval_steps"], held["metric_for_best_model"]) == (0.0, 2, "eval_loss")
+    assert held["test_dataset"]["path"].endswith("/axolotl/validation.jsonl") and held["test_dataset"]["type"] is None
     assert "error" not in sft, sft
     assert (sft["micro_batch_size"], sft["gradient_accumulation_steps"], sft["batch_size"]) == (8, 2, 16)
     assert (sft["max_steps"], sft["save_strategy"], sft["save_steps"], sft["eval_steps"]) == (7, "steps", 3, 5)

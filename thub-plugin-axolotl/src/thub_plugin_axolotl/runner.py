@@ -54,21 +54,26 @@ def preference_texts(algorithm: str, rows: list[dict[str, Any]], locations: list
         messages, add_generation_prompt=generation, tokenize=False))
 
 
-def write_files(plan: dict[str, Any], examples: list[dict[str, Any]], resume_from: str | None) -> str:
-    """Write ``examples`` where the plan's dataset entry reads them, and the config.yaml axolotl
-    reads; returns the config file's path."""
+def write_files(plan: dict[str, Any], examples: list[dict[str, Any]], resume_from: str | None,
+                held_out: list[dict[str, Any]] | None = None) -> str:
+    """Write ``examples`` where the plan's dataset entry reads them (``held_out``: the
+    ``validation_data_path`` examples, where its ``test_datasets`` entry reads them), and the
+    config.yaml axolotl reads; returns the config file's path."""
     import yaml
 
     text = "".join(json.dumps(e) + "\n" for e in examples)
+    held_text = "".join(json.dumps(e) + "\n" for e in held_out or [])
     config = dict(plan["config"])
     # axolotl keys its prepared-dataset cache by the config, not the file's content: a folder per
     # content, so that a run over changed data (a --resume after an edit) never trains the old examples
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    digest = hashlib.sha256((text + "\0" + held_text).encode()).hexdigest()[:16]
     config["dataset_prepared_path"] = f"{config['dataset_prepared_path']}/{digest}"
     if resume_from:
         config["resume_from_checkpoint"] = resume_from
     # every rank writes the same content; atomically, so that none reads a half-written file
     write_text_atomic(Path(plan["data"]["file"]), text, parents=True)
+    if held_out is not None:
+        write_text_atomic(Path(plan["data"]["validation_file"]), held_text, parents=True)
     write_text_atomic(Path(plan["config_file"]), yaml.safe_dump(config, sort_keys=False), parents=True)
     return str(plan["config_file"])
 
@@ -93,7 +98,18 @@ def write_inputs(context: RunContext, plan: dict[str, Any]) -> list[str]:
     examples, lines = thub_examples(validated.rows, validated.locations, tokenizer, plan["data"])
     if not examples:
         raise UsageError("no example left to train on after tokenizing (see the warnings above)")
-    write_files(plan, examples, context.resume_from)
+    held_out = None
+    if plan["data"].get("validation_file"):
+        from thub.backend import validation_data
+
+        validation = validation_data(params)
+        assert validation is not None  # validation_data_path is set
+        held_out, more = thub_examples(validation.rows, validation.locations, tokenizer, plan["data"])
+        lines += more
+        if not held_out:
+            raise UsageError(f"validation_data_path {params['validation_data_path']}: no example left to evaluate on "
+                             "after tokenizing")
+    write_files(plan, examples, context.resume_from, held_out)
     return lines
 
 

@@ -35,8 +35,8 @@ _SFT = frozenset({
     "nproc_per_node", "nnodes", "node_rank", "rdzv_id", "rdzv_endpoint", "master_addr", "master_port",
     "logging_steps", "wandb_project", "wandb_entity", "wandb_run_name", "tensorboard_log_dir",
     "mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name",
-    "unmask_messages", "overlong", "packing", "use_liger", "validation_split", "validation_frequency",
-    "is_pretraining", "block_size",
+    "unmask_messages", "overlong", "packing", "use_liger", "validation_split", "validation_data_path",
+    "validation_frequency", "is_pretraining", "block_size",
 })
 _LORA = frozenset({"lora_r", "lora_alpha", "lora_dropout", "target_modules", "use_rslora", "use_dora"})
 
@@ -45,7 +45,7 @@ _LORA = frozenset({"lora_r", "lora_alpha", "lora_dropout", "target_modules", "us
 # pretraining blocks or validation split there. axolotl has no reference-model path (it loads
 # base_model again): reference_model_path is not honoured.
 _PREFERENCE = _SFT - {"unmask_messages", "packing", "is_pretraining", "block_size", "validation_split",
-                      "validation_frequency", "use_liger"}
+                      "validation_data_path", "validation_frequency", "use_liger"}
 _DPO = _PREFERENCE | {"beta", "loss_type", "label_smoothing", "simpo_gamma"}
 _KTO = _PREFERENCE | {"beta", "desirable_weight", "undesirable_weight"}
 
@@ -223,10 +223,15 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
     config.update(optional_training_args(params))
     if params.get("lr_scheduler") is not None:  # unset: axolotl's own (its schema's cosine)
         config["lr_scheduler"] = params["lr_scheduler"]
-    if not preference and params.get("validation_split"):  # validation_data_path: not honoured here
+    held_out = None if preference else params.get("validation_data_path")
+    if not preference and (params.get("validation_split") or held_out):
         # eval_strategy/eval_steps, and metric_for_best_model/greater_is_better (axolotl's config keys,
         # passed to its TrainingArguments): the Trainer's rotation keeps the best checkpoint by eval_loss
         config.update(validation_training_args(params))
+    if held_out:
+        # the separate held-out file, tokenized by thub as the training rows are (runner.write_inputs):
+        # axolotl's test_datasets (with val_set_size 0) becomes the Trainer's eval_dataset
+        config["test_datasets"] = [tokenized_dataset(f"{work}/validation.jsonl")]
     if not preference and params.get("use_liger"):
         config["plugins"].append(LIGER_PLUGIN)
         config.update({"liger_rope": True, "liger_rms_norm": True, "liger_glu_activation": True,
@@ -256,6 +261,7 @@ def translate(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             "tokenized_by": "thub",
             "note": DATA_NOTE,
             "file": data_file,
+            **({"validation_file": f"{work}/validation.jsonl", "validation_data_path": held_out} if held_out else {}),
             "loss_on": "all tokens" if pretraining or params.get("unmask_messages") else
             "assistant tokens (thub's mask; rows with unmask: every token)",
             **({"block_size": params["block_size"]} if pretraining else
