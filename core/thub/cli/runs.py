@@ -32,9 +32,11 @@ def _run(run_dir: str) -> tuple[Any, dict[str, Any]]:
 
 
 def _progress(directory: Any) -> dict[str, Any] | None:
-    from thub.runner.metrics import read_metrics
+    from thub.runner.metrics import is_eval_line, read_metrics
 
-    lines = read_metrics(directory.metrics)
+    everything = read_metrics(directory.metrics)
+    # an evaluation line (eval_loss, no loss) is not where training is: the last training line is
+    lines = [line for line in everything if not is_eval_line(line)]
     if not lines:
         return None
     last, first = lines[-1], lines[0]
@@ -42,6 +44,10 @@ def _progress(directory: Any) -> dict[str, Any] | None:
     for key in ("loss", "reward", "mean_reward", "epoch", "learning_rate"):
         if last.get(key) is not None:
             info[key] = last[key]
+    evaluations = [line for line in everything if is_eval_line(line)]
+    if evaluations:
+        info["eval_loss"] = evaluations[-1].get("eval_loss")
+        info["eval_step"] = evaluations[-1].get("step")
     if info["max_steps"]:
         info["percent"] = round(100.0 * info["step"] / info["max_steps"], 1)
         done_steps = last["step"] - first.get("step", 0)
@@ -179,6 +185,8 @@ def status(run_dir: str, as_json: bool) -> None:
         for key in ("loss", "reward", "mean_reward"):
             if key in progress:
                 parts.append(f"{key} {progress[key]:.4g}")
+        if isinstance(progress.get("eval_loss"), (int, float)):
+            parts.append(f"eval_loss {progress['eval_loss']:.4g} (step {progress.get('eval_step')})")
         if "eta_seconds" in progress:
             parts.append(f"ETA {progress['eta_seconds']:.0f} s")
         out.print("progress: " + ", ".join(parts), highlight=False)

@@ -36,6 +36,8 @@ def _read_why(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _last_metrics(run: Path) -> dict[str, Any] | None:
+    from thub.runner.metrics import is_eval_line
+
     path = run / "training_metrics.jsonl"
     if not path.is_file():
         return None
@@ -44,7 +46,7 @@ def _last_metrics(run: Path) -> dict[str, Any] | None:
             value = json.loads(raw)
         except json.JSONDecodeError:
             continue
-        if isinstance(value, dict):
+        if isinstance(value, dict) and not is_eval_line(value):  # an evaluation line has no training loss
             return value
     return None
 
