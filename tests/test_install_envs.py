@@ -4,7 +4,7 @@ conflicting install, and GPU-less resolves that pull no CUDA torch.
 
 Slow (``-m slow``): each of the trl and mini-trainer environments takes about a minute on two
 idle cores (torch comes from pip's local wheel, everything else from the package index or pip's
-cache); both are built once per module.
+cache); both are built once per module, at the same time.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -49,12 +50,39 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("thub-data")
 
 
+def _install(backend: str) -> list[str]:
+    return ["install", backend, "--into", "managed", "--installer", "pip", "--torch", str(TORCH), "--json"]
+
+
 @pytest.fixture(scope="module")
-def trl_env(data_dir: Path) -> dict:
+def minitrainer_install(data_dir: Path, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                        ) -> Iterator[tuple[subprocess.Popen[str], Path] | None]:
+    """mini-trainer's real ``thub install``, started in the background as this module's first environment
+    build begins when a test of this run needs it (each build is about a minute of mostly single-process
+    pip work: two at once take little longer than one); None when no test does."""
+    wanted = any("minitrainer_env" in getattr(item, "fixturenames", ()) for item in request.session.items)
+    if TORCH is None or not wanted:
+        yield None
+        return
+    logs = tmp_path_factory.mktemp("minitrainer-install")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    environ["THUB_DATA_DIR"] = str(data_dir)
+    with (logs / "stdout").open("w") as stdout, (logs / "stderr").open("w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "thub", *_install("mini-trainer")], stdout=stdout,
+                                   stderr=stderr, text=True, env=environ)
+    try:
+        yield process, logs
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def trl_env(data_dir: Path, minitrainer_install: tuple[subprocess.Popen[str], Path] | None) -> dict:
     if TORCH is None:
         pytest.skip("no torch beside thub to pin")
-    done = thub("install", "trl", "--into", "managed", "--installer", "pip", "--torch", TORCH, "--json",
-                data_dir=data_dir)
+    done = thub(*_install("trl"), data_dir=data_dir)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((data_dir / "envs" / "trl" / "thub-env.json").read_text())
 
@@ -68,12 +96,14 @@ def pinned_env(data_dir: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def minitrainer_env(trl_env: dict, data_dir: Path) -> dict:
-    """mini-trainer's managed environment, built for real next to trl's (which is built first)."""
-    done = thub("install", "mini-trainer", "--into", "managed", "--installer", "pip", "--torch", TORCH, "--json",
-                data_dir=data_dir)
-    assert done.returncode == 0, done.stderr[-3000:]
-    installed = json.loads(done.stdout)["installed"]
+def minitrainer_env(trl_env: dict, minitrainer_install: tuple[subprocess.Popen[str], Path] | None,
+                    data_dir: Path) -> dict:
+    """mini-trainer's managed environment, built for real next to trl's (both installs run at once)."""
+    assert minitrainer_install is not None
+    process, logs = minitrainer_install
+    code = process.wait(timeout=900)  # a hang guard
+    assert code == 0, (logs / "stderr").read_text()[-3000:]
+    installed = json.loads((logs / "stdout").read_text())["installed"]
     assert [(i["environment"], i["backends"], i["pip_check"])
             for i in installed] == [("mini-trainer", ["mini-trainer"], "ok")]
     return json.loads((data_dir / "envs" / "mini-trainer" / "thub-env.json").read_text())
