@@ -21,6 +21,7 @@ SETTINGS: dict[str, str] = {
     "THUB_PLUGIN_SOURCES": "folders holding plugin sources for `thub install`",
     "THUB_TORCH": "torch for managed environments",
     "THUB_EXIT_GRACE": "seconds a training child may linger after its result",
+    "THUB_MIRROR_WAIT": "seconds a run waits at its end for checkpoint_storage uploads still under way",
     "THUB_ORPHAN_GRACE": "seconds an orphaned training child may take to checkpoint and stop",
     "THUB_RUN_SECRETS": "secrets for the run, through the environment",
     "THUB_RUN_DIR": "set by thub for the training child",

@@ -150,13 +150,19 @@ def backends(algorithm: str | None, as_json: bool) -> None:
             "ready": ready,
             "status": why,
             "plugin": spec.provenance.describe(),
+            # the table's short form (its distribution: --json, thub plugins): a long distribution name
+            # such as thub-plugin-sentence-transformers is one unbreakable word a 100-column table cannot fit
+            "plugin_short": " ".join(filter(None, (spec.provenance.plugin, spec.provenance.version))),
         })
     offered = installable(registry, algorithm)
     if as_json:
+        for b in data:
+            b.pop("plugin_short")
         emit_json({"schema_version": JSON_SCHEMA_VERSION, "backends": data, "installable": offered,
                    "shadowed": list(registry.shadowed)})
         return
-    rows = [[b["name"], ", ".join(b["algorithms"]), "✓ ready" if b["ready"] else f"✗ {b['status']}", b["plugin"],
+    rows = [[b["name"], ", ".join(b["algorithms"]), "✓ ready" if b["ready"] else f"✗ {b['status']}",
+             b.pop("plugin_short"),
              "current" if b["environment"] == "current" else f"env {b['environment']}: {b['path'] or b['python']}"]
             for b in data]
     rows += [[b["name"], ", ".join(b["algorithms"]), f"– not installed: {b['install']}", b["distribution"], "-"]
