@@ -38,10 +38,13 @@ def script_entry(path: str) -> str | None:
 
 def environment_entries() -> list[str]:
     """``distribution: module:function`` of every ``thub`` console script this environment declares."""
-    from importlib.metadata import entry_points
+    from thub.installed import distributions
 
-    return sorted(f"{point.dist.name if point.dist else '?'}: {point.value}"
-                  for point in entry_points(group="console_scripts", name="thub"))
+    # thub.installed's one parse per distribution (importlib.metadata.entry_points() parses every
+    # METADATA again for the names); entry_points.txt is read on its own
+    return sorted(f"{dist.name}: {point.value}" for dist in distributions()
+                  for point in dist.distribution.entry_points
+                  if point.group == "console_scripts" and point.name == "thub")
 
 
 def check_training_hub(context: CheckContext) -> CheckResult:
