@@ -15,6 +15,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,3 +190,48 @@ def slurm_env() -> Iterator[dict[str, str]]:
         yield {"SLURM_CONF": str(base / "etc" / "slurm.conf")}
     finally:
         subprocess.run([str(_ROOT / "scripts" / "slurm-down.sh"), str(base)], capture_output=True, timeout=120)
+
+
+@dataclasses.dataclass
+class S3Server:
+    """moto's S3 server running in its own process, with a ``models`` bucket."""
+
+    environ: dict[str, str]  #: what points boto3/s3fs (and thub's children) at it
+    process: subprocess.Popen[bytes]
+
+    def client(self) -> object:
+        import boto3  # type: ignore[import-untyped]  # ships no stubs
+
+        return boto3.client("s3", endpoint_url=self.environ["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                            aws_access_key_id="x", aws_secret_access_key="y")
+
+
+@pytest.fixture
+def s3_server() -> Iterator[S3Server]:
+    """A real S3-compatible server (moto's server mode) on a free port of 127.0.0.1, stopped after
+    the test (throwaway credentials: the server accepts any)."""
+    pytest.importorskip("moto")
+    pytest.importorskip("boto3")
+    pytest.importorskip("s3fs")
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = S3Server({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test-access-id",
+                       "AWS_SECRET_ACCESS_KEY": "test-secret-access-key", "AWS_DEFAULT_REGION": "us-east-1"},
+                      process)
+    try:
+        client: Any = server.client()
+        deadline = time.monotonic() + 120  # a hang guard only: it is up in about a second
+        while True:
+            try:
+                client.create_bucket(Bucket="models")
+                break
+            except Exception:  # noqa: BLE001 - not listening yet
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=60)

@@ -12,13 +12,11 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -171,52 +169,20 @@ def test_secret_looking_files_are_left_out_and_named(trained: tuple[Path, Path],
 
 # --- S3: moto's server on 127.0.0.1 ----------------------------------------------------------------
 
-@pytest.fixture
-def s3_server(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """moto's S3 server in its own process on a free local port, and the environment that points
-    boto3/s3fs at it (throwaway credentials: the server accepts any)."""
-    pytest.importorskip("moto")
-    boto3 = pytest.importorskip("boto3")
-    pytest.importorskip("s3fs")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    environ = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test-access-id",
-               "AWS_SECRET_ACCESS_KEY": "test-secret-access-key", "AWS_DEFAULT_REGION": "us-east-1"}
-    try:
-        client = boto3.client("s3", endpoint_url=environ["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                              aws_access_key_id="x", aws_secret_access_key="y")
-        deadline = time.monotonic() + 120  # a hang guard only: it is up in about a second
-        while True:
-            try:
-                client.create_bucket(Bucket="models")
-                break
-            except Exception:  # noqa: BLE001 - not listening yet
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield environ
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-
-
-def test_s3_push_to_a_real_s3_server(trained: tuple[Path, Path], s3_server: dict[str, str]) -> None:
+def test_s3_push_to_a_real_s3_server(trained: tuple[Path, Path], s3_server: Any) -> None:
     import boto3
     import s3fs
 
     run, hf = trained
-    plan = _plan(hf, "s3://models/tiny/v1", "--run", str(run), **s3_server)
-    done = thub("checkpoint", "push", str(hf), "--to", "s3://models/tiny/v1", "--run", str(run), **s3_server)
+    plan = _plan(hf, "s3://models/tiny/v1", "--run", str(run), **s3_server.environ)
+    done = thub("checkpoint", "push", str(hf), "--to", "s3://models/tiny/v1", "--run", str(run), **s3_server.environ)
     assert done.returncode == 0, done.stdout + done.stderr
-    client = boto3.client("s3", endpoint_url=s3_server["AWS_ENDPOINT_URL"], region_name="us-east-1",
+    client = boto3.client("s3", endpoint_url=s3_server.environ["AWS_ENDPOINT_URL"], region_name="us-east-1",
                           aws_access_key_id="x", aws_secret_access_key="y")
     keys = {o["Key"] for o in client.list_objects_v2(Bucket="models", Prefix="tiny/v1/")["Contents"]}
     assert keys == {f"tiny/v1/{name}" for name in _listed(plan)}
     assert not {k.rsplit("/", 1)[-1] for k in keys} & TRAINING_STATE
-    fs = s3fs.S3FileSystem(endpoint_url=s3_server["AWS_ENDPOINT_URL"], key="x", secret="y")
+    fs = s3fs.S3FileSystem(endpoint_url=s3_server.environ["AWS_ENDPOINT_URL"], key="x", secret="y")
     assert hashlib.sha256(fs.cat_file("models/tiny/v1/model.safetensors")).hexdigest() == \
         _sha256(hf / "model.safetensors")
     card = fs.cat_file("models/tiny/v1/README.md").decode()

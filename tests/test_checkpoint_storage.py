@@ -15,12 +15,11 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,38 +88,6 @@ def _sha256(path: Path) -> str:
 
 # --- S3: moto's server on 127.0.0.1 ----------------------------------------------------------------
 
-@pytest.fixture
-def s3_server() -> Iterator[tuple[dict[str, str], subprocess.Popen[bytes]]]:
-    """moto's S3 server in its own process on a free local port with a ``models`` bucket, and the
-    environment that points s3fs/boto3 at it (throwaway credentials: the server accepts any)."""
-    pytest.importorskip("moto")
-    pytest.importorskip("boto3")
-    pytest.importorskip("s3fs")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    environ = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test-access-id",
-               "AWS_SECRET_ACCESS_KEY": "test-secret-access-key", "AWS_DEFAULT_REGION": "us-east-1"}
-    try:
-        client = _client(environ)
-        deadline = time.monotonic() + 120  # a hang guard only: it is up in about a second
-        while True:
-            try:
-                client.create_bucket(Bucket="models")
-                break
-            except Exception:  # noqa: BLE001 - not listening yet
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield environ, server
-    finally:
-        if server.poll() is None:
-            server.terminate()
-            server.wait(timeout=60)
-
-
 def _client(environ: dict[str, str]) -> Any:
     import boto3  # type: ignore[import-untyped]  # ships no stubs
 
@@ -141,8 +108,8 @@ def _marked_steps(client: Any, prefix: str) -> list[int]:
 
 def test_sigkill_then_resume_from_the_s3_copy_never_a_half_uploaded_one(
         tiny_model: Path, demo_data: Path, tmp_path: Path,
-        s3_server: tuple[dict[str, str], subprocess.Popen[bytes]]) -> None:
-    environ, _server = s3_server
+        s3_server: Any) -> None:
+    environ = s3_server.environ
     client = _client(environ)
     run, log, uri = tmp_path / "run", tmp_path / "first.log", "s3://models/runs/one"
     # max_steps far beyond where it is killed: the kill comes once checkpoint-2's marker is there
@@ -184,8 +151,8 @@ def test_sigkill_then_resume_from_the_s3_copy_never_a_half_uploaded_one(
 
 def test_a_failed_upload_is_a_warning_and_the_run_succeeds(
         tiny_model: Path, demo_data: Path, tmp_path: Path,
-        s3_server: tuple[dict[str, str], subprocess.Popen[bytes]]) -> None:
-    environ, server = s3_server
+        s3_server: Any) -> None:
+    environ, server = s3_server.environ, s3_server.process
     server.terminate()  # the storage is gone before the first upload
     server.wait(timeout=60)
     run = tmp_path / "run"
