@@ -298,16 +298,24 @@ def render_step_script(req: SlurmRequest, name: str) -> str:
     from thub.runner.poststeps import BY_NAME
 
     step = BY_NAME[name]
-    srun_extra, wrapper = _container(req, gpus=False)
-    launch = " ".join(shlex.quote(a) for a in (["srun", "--ntasks=1", *srun_extra] if srun_extra else wrapper))
-    value = f" {shlex.quote(str(req.export))}" if step.takes_value else ""
+    value = [str(req.export)] if step.takes_value else []
     index = req.post_steps.index(name)
     after = f"the {req.post_steps[index - 1]} job" if index else "training"
+    return render_cpu_job(req, name, f"the {name} job, chained afterok after {after}", _STEP_NOTES[name],
+                          [*step.entry, "$RUN_DIR", *value])
+
+
+def render_cpu_job(req: SlurmRequest, step: str, note: str, comment: str, module_argv: list[str]) -> str:
+    """A one-task CPU job on ``step``'s partition (:func:`step_directives`) running
+    ``python -m MODULE_ARGV`` (``$RUN_DIR`` stays a shell variable; the rest is quoted): a post-run
+    step's job, or ``thub checkpoint push --launcher slurm`` (:mod:`thub.launch.push_job`)."""
+    srun_extra, wrapper = _container(req, gpus=False)
+    launch = " ".join(shlex.quote(a) for a in (["srun", "--ntasks=1", *srun_extra] if srun_extra else wrapper))
     # the push job on push_partition has the network the offline compute nodes lack
-    network = name == "push" and bool(req.profile.push_partition)
-    lines = _head(req, step_directives(req, name), f"the {name} job, chained afterok after {after}", network)
-    lines += ["", f"# --- {_STEP_NOTES[name]}",
-              f'{launch + " " if launch else ""}"$PYTHON" -m {" ".join(step.entry)} "$RUN_DIR"{value}', ""]
+    network = step == "push" and bool(req.profile.push_partition)
+    lines = _head(req, step_directives(req, step), note, network)
+    words = " ".join('"$RUN_DIR"' if a == "$RUN_DIR" else shlex.quote(a) for a in module_argv)
+    lines += ["", f"# --- {comment}", f'{launch + " " if launch else ""}"$PYTHON" -m {words}', ""]
     return "\n".join(lines)
 
 
@@ -364,6 +372,12 @@ def _sbatch(argv: list[str], cwd: Path, retries: int) -> str:
         time.sleep(delay)
         delay = min(delay * 2, 30)
     raise AssertionError("unreachable")
+
+
+def submit_one(argv: list[str], cwd: Path, retries: int) -> str:
+    """Submit one sbatch command line from ``cwd`` (transient controller errors retried); its job id."""
+    _need("sbatch")
+    return _sbatch(argv, cwd, retries)
 
 
 def submit(req: SlurmRequest) -> list[str]:

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from thub.cli.checkpoint import dry_run_option, json_option
+from thub.errors import UsageError
 
 SUMMARY = ("Push a verified model folder with a model card from its run to the Hub (private unless --public), "
            "an MLflow registry, S3, GCS or a folder; never training state or secrets.")
@@ -22,9 +23,22 @@ SUMMARY = ("Push a verified model folder with a model card from its run to the H
 @click.option("--run", "run", default=None, type=click.Path(),
               help="The thub run the model came from, for the card and result.json's push entry "
                    "(default: the run DIR is in).")
+@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+              help="slurm: submit the push as a CPU job on the cluster profile's push_partition (where the "
+                   "network is) instead of pushing from here.")
+@click.option("--cluster", default=None, help="With --launcher slurm: the cluster profile (default: local).")
+@click.option("--cluster-file", default=None, type=click.Path(), help="With --launcher slurm: extra cluster profiles.")
+@click.option("--after", default=None, metavar="JOB_ID",
+              help="With --launcher slurm: run after this job succeeded (afterok), e.g. training or "
+                   "thub checkpoint consolidate; DIR may not exist yet.")
+@click.option("--time", "wall_time", default=None, help="With --launcher slurm: the job's time limit.")
+@click.option("--job-dir", default=None, type=click.Path(),
+              help="With --launcher slurm: where the job's script and log go (default: --run's directory).")
 @json_option
 @dry_run_option
-def push(directory: str, to: str, public: bool, force: bool, run: str | None, as_json: bool, dry_run: bool) -> None:
+def push(directory: str, to: str, public: bool, force: bool, run: str | None, launcher: str, cluster: str | None,
+         cluster_file: str | None, after: str | None, wall_time: str | None, job_dir: str | None, as_json: bool,
+         dry_run: bool) -> None:
     """Sends every file of DIR but the trainer's resume state (optimizer, scheduler, RNG, trainer
     state), hidden folders and files that look like secrets (each left out is named), plus README.md:
     the model card built from the run. DIR must have passed thub checkpoint verify (the run's
@@ -32,6 +46,14 @@ def push(directory: str, to: str, public: bool, force: bool, run: str | None, as
     from thub.checkpoint import push as engine
     from thub.ui.output import emit_json
 
+    if launcher == "slurm":
+        _submit(directory, to, public=public, force=force, run=run, cluster=cluster, cluster_file=cluster_file,
+                after=after, time=wall_time, job_dir=job_dir, as_json=as_json, dry_run=dry_run)
+        return
+    used = [flag for flag, value in (("--cluster", cluster), ("--cluster-file", cluster_file), ("--after", after),
+                                     ("--time", wall_time), ("--job-dir", job_dir)) if value]
+    if used:
+        raise UsageError(f"{', '.join(used)}: only with --launcher slurm (a local push runs now, here)")
     plan = engine.plan_push(directory, to, public=public, force=force, run=run, dry_run=dry_run)
     if dry_run:
         if as_json:
@@ -48,6 +70,26 @@ def push(directory: str, to: str, public: bool, force: bool, run: str | None, as
         emit_json({"schema_version": 1, "dry_run": False, **done})
     else:
         _print(done, "pushed")
+
+
+def _submit(directory: str, to: str, *, as_json: bool, dry_run: bool, **options: Any) -> None:
+    """The push as a SLURM job (:mod:`thub.launch.push_job`): shown with --dry-run, else submitted."""
+    from thub.launch import push_job
+    from thub.ui.output import emit_json
+
+    plan = push_job.plan_job(directory, to, **options)
+    job_id = None if dry_run else push_job.submit_job(plan)
+    if as_json:
+        emit_json({"schema_version": 1, "dry_run": dry_run, "job_id": job_id, **plan})
+        return
+    if dry_run:
+        click.echo(f"would write {plan['script_path']} and run: {' '.join(plan['sbatch'])}\n\n{plan['script']}")
+        click.echo("nothing submitted (--dry-run)")
+        return
+    after = f", after job {plan['after']} succeeds" if plan["after"] else ""
+    click.echo(f"submitted push job {job_id} on cluster {plan['cluster']}"
+               + (f" (partition {plan['partition']})" if plan["partition"] else "") + after
+               + f": {plan['script_path']}; its log: {plan['job_dir']}/logs/slurm-push-{job_id}.out")
 
 
 def _print(data: dict[str, Any], verb: str) -> None:
