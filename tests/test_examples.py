@@ -307,3 +307,15 @@ def test_preference_jsonl():
     assert all(row["chosen"] in chat_answers for row in rows)
     canonical = load_dataset_rows(str(DATA / "preference.jsonl"))
     assert [row["chosen"] for row in canonical][0] == [{"role": "assistant", "content": rows[0]["chosen"]}]
+
+
+def test_the_tour_eval_task_asks_what_the_demo_trained_on() -> None:
+    """examples/eval/capitals.jsonl (the README tour's `thub eval` task): each prompt and answer is a
+    user turn and its assistant reply in examples/data/chat.jsonl, so the demo model was trained on it."""
+    pairs = set()
+    for line in (DATA / "chat.jsonl").read_text().splitlines():
+        turns = [m for m in json.loads(line)["messages"] if m["role"] != "system"]
+        if [m["role"] for m in turns] == ["user", "assistant"]:
+            pairs.add((turns[0]["content"], turns[1]["content"]))
+    task = [json.loads(line) for line in (EXAMPLES / "eval" / "capitals.jsonl").read_text().splitlines()]
+    assert task and all((row["prompt"], row["answer"]) in pairs for row in task), task
