@@ -212,7 +212,7 @@ def verification(folder: Path, run_dir: Path | None, dry_run: bool) -> dict[str,
         return {"by": "recorded by thub train --export (result.json export)", "ok": bool(recorded.get("ok")),
                 "checks": recorded.get("checks") or [], "failed": recorded.get("failed")}
     if dry_run:
-        return {"by": "thub checkpoint verify (runs when pushed; nothing loaded in --dry-run)", "ok": None,
+        return {"by": "thub checkpoint verify (nothing loaded in --dry-run)", "ok": None,
                 "checks": [], "failed": None}
     from thub.checkpoint.verify import verify
 
