@@ -227,14 +227,29 @@ def _train_help(argv: list[str]) -> bool:
     return True
 
 
+_HANDLER_PID: list[int] = []  # the process that installed _interrupt (main)
+
+
 def _interrupt(signum: int, _frame: Any) -> None:
+    import os
+
+    if _HANDLER_PID and os.getpid() != _HANDLER_PID[0]:
+        # a process forked from thub (a library's multiprocessing.Pool, stopped with terminate()) inherits
+        # this handler: there the signal ends the process as it would without thub, with no traceback
+        import signal
+
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise Interrupted(signum)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    import os
     import signal
 
+    _HANDLER_PID[:] = [os.getpid()]
     for signum in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops like Ctrl-C: exit 130, files left whole
         signal.signal(signum, _interrupt)
     try:
