@@ -88,29 +88,40 @@ def test_dry_run_renders_and_shows_every_script(tmp_path: Path) -> None:
 @pytest.mark.needs_system(*BINARIES)
 def test_train_export_push_run_as_a_chain_on_the_local_cluster(slurm_env: dict[str, str], tiny_model: Path,
                                                                demo_data: Path, tmp_path: Path) -> None:
-    """lora_sft trains; the export job merges and verifies the adapter; the push job sends the folder to
-    file:// with its card; ``thub runs wait`` returns after the push job and reports both steps."""
+    """lora_sft trains; the export job merges and verifies the adapter; the eval job scores it with the real
+    lm-evaluation-harness (where thub-plugin-lmeval is installed); the push job sends the folder to file://
+    with its card; ``thub runs wait`` returns after the push job and reports every step."""
     out, hf, pushed = tmp_path / "run", tmp_path / "hf", tmp_path / "pushed"
     env = _environ(slurm_env)
+    from importlib.util import find_spec
+
+    evaluate = find_spec("thub_plugin_lmeval") is not None and find_spec("lm_eval") is not None
+    task = tmp_path / "capitals.jsonl"
+    task.write_text((ROOT / "examples" / "eval" / "capitals.jsonl").read_text())
+    eval_args = ["--eval", str(task)] if evaluate else []
     done = subprocess.run([sys.executable, "-m", "thub", "train", "lora_sft", "--backend", "trl", "--model-path",
                            str(tiny_model), "--data-path", str(demo_data / "chat.jsonl"), "--ckpt-output-dir",
                            str(out), "--launcher", "slurm", "--max-steps", "2", "--lora-r", "4",
-                           "--effective-batch-size", "2", "--export", str(hf), "--push", f"file://{pushed}",
-                           "--json"], capture_output=True, text=True, env=env, timeout=300)
+                           "--effective-batch-size", "2", "--export", str(hf), *eval_args, "--push",
+                           f"file://{pushed}", "--json"], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     job_ids = json.loads(done.stdout)["job_ids"]
-    assert len(job_ids) == 3  # training, export, push
+    steps = ["export", *(["eval"] if evaluate else []), "push"]
+    assert len(job_ids) == 1 + len(steps)  # training, then one job per step
     waited = subprocess.run([sys.executable, "-m", "thub", "runs", "wait", str(out), "--timeout", "1200", "--json"],
                             capture_output=True, text=True, env=env, timeout=1300)
     logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted((out / "logs").glob("*")))
     assert waited.returncode == 0, (waited.stdout[-3000:], waited.stderr, logs)
     status = json.loads(waited.stdout)
     assert [(s["name"], s["job_id"], s["outcome"]["ok"]) for s in status["steps"]] == [
-        ("export", job_ids[1], True), ("push", job_ids[2], True)]
+        (name, job_id, True) for name, job_id in zip(steps, job_ids[1:])]
+    if evaluate:  # scored on the eval job's node, results with the run
+        scored = json.loads((out / "eval" / "capitals.json").read_text())
+        assert scored["models"]["final"]["model_path"] == str(hf) and scored["models"]["final"]["samples"] == 8
     assert (pushed / "README.md").is_file() and (pushed / "model.safetensors").is_file()
     result = json.loads((out / "result.json").read_text())
     assert result["post_run"]["push"]["source"] == str(hf) and result["push"][-1]["to"] == f"file://{pushed}"
-    assert "push: " in (out / "logs" / f"slurm-push-{job_ids[2]}.out").read_text()
+    assert "push: " in (out / "logs" / f"slurm-push-{job_ids[-1]}.out").read_text()
     text = subprocess.run([sys.executable, "-m", "thub", "runs", "wait", str(out)], capture_output=True, text=True,
                           env=env, timeout=300)
     assert text.returncode == 0 and "verified" in text.stderr and f"push: {hf} -> file://{pushed}" in text.stderr
