@@ -294,3 +294,84 @@ def test_osft_max_steps_means_what_training_hub_does(captured: list[Any], tmp_pa
     assert (plan["training_args"]["training_mode"], plan["training_args"]["max_steps"]) == ("step", 5)
     thub.osft(*args, training_mode="epoch", num_epochs=2)
     assert captured[-1].values()["max_steps"] is None and captured[-1].values()["num_epochs"] == 2
+
+
+# --- Training Hub's per-completion reward_fn (thub.compat.training_hub_reward) -------------------
+
+_SCORERS = '''\
+def exact(data_source, solution_str, ground_truth, extra_info=None):
+    """Training Hub's verl signature: 1 when the answer is in the completion."""
+    return float(ground_truth.strip() in solution_str)
+
+
+def seen(data_source, solution_str, ground_truth):
+    """Training Hub's ART call (no extra_info): records what it was given."""
+    CALLS.append((data_source, solution_str, ground_truth))
+    return len(solution_str) / 10
+
+
+def with_info(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    INFOS.append(extra_info)
+    return None if not solution_str else 1.0
+
+
+CALLS = []
+INFOS = []
+'''
+
+
+@pytest.fixture
+def scorers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    import importlib
+    import sys
+
+    (tmp_path / "th_scorers.py").write_text(_SCORERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("th_scorers", None)
+    return importlib.import_module("th_scorers")
+
+
+def test_reward_fn_scores_each_completion_of_a_batch(scorers: Any) -> None:
+    """The adapter, by import string as a training process loads it, on a few real completions."""
+    from thub.compat.training_hub_reward import PREFIX
+    from thub.specs import load_object
+
+    reward = load_object(f"{PREFIX}.th_scorers.exact")
+    prompts = [[{"role": "user", "content": "2+2?"}], [{"role": "user", "content": "3+3?"}]]
+    completions = [[{"role": "assistant", "content": "It is 4."}], [{"role": "assistant", "content": "7"}]]
+    assert reward(prompts, completions, ground_truth=["4", "6"], completion_ids=[[1], [2]]) == [1.0, 0.0]
+    assert reward.__name__ == "th_scorers.exact"
+    seen = load_object(f"{PREFIX}.th_scorers.seen")
+    assert seen(["p", "q"], ["abcde", "ab"], ground_truth=["x", "y"], data_source=["gsm8k", "math"]) == [0.5, 0.2]
+    assert scorers.CALLS == [("gsm8k", "abcde", "x"), ("math", "ab", "y")]  # the row's data_source, no extra_info
+    info = load_object(f"{PREFIX}.th_scorers.with_info")
+    assert info(["p", "q"], ["yes", ""], ground_truth=["1", "2"], level=[3, 4], trainer_state=object()) == [1.0, None]
+    assert scorers.INFOS == [{"index": 0, "prompt": "p", "level": 3}, {"index": 1, "prompt": "q", "level": 4}]
+
+
+def test_reward_fn_maps_to_the_adapter(tmp_path: Path, scorers: Any) -> None:
+    """thub.grpo(reward_fn=function) on trl: the dry run's reward is the adapter over the function."""
+    import json
+
+    prompts = str(ROOT / "examples" / "data" / "grpo.jsonl")
+    plan = thub.dry_run("grpo", backend="trl", model_path="m", data_path=prompts, ckpt_output_dir=str(tmp_path),
+                        max_steps=2, reward_fn=scorers.exact)
+    reward = plan["parameters"]["reward"]
+    assert reward["value"] == ["thub.compat.training_hub_reward:per_completion.th_scorers.exact"]
+    assert "training-hub name reward_fn → reward" in reward["source"]
+    assert reward["value"][0] in json.dumps(plan["translation"])  # what trl's training process loads
+    for bad, message in [(len, "Training Hub calls reward_fn as reward_fn\\(data_source, solution_str"),
+                         ("th_scorers.missing", "th_scorers"),
+                         (str(tmp_path / "th_scorers.py"), "is a file")]:
+        with pytest.raises(UsageError, match=message):
+            thub.dry_run("grpo", backend="trl", model_path="m", data_path=prompts, ckpt_output_dir=str(tmp_path),
+                         max_steps=2, reward_fn=bad)
+
+
+@pytest.mark.needs_backend("verl")
+def test_reward_fn_replaces_training_hubs_tool_call_default_on_verl(captured: list[Any], tmp_path: Path,
+                                                                    scorers: Any) -> None:
+    """lora_grpo_verl.py: a reward_fn turns its default reward_type 'tool_call' into 'custom'."""
+    thub.grpo("m", str(tmp_path), str(ROOT / "examples" / "data" / "grpo.jsonl"), backend="verl",
+              reward_fn="th_scorers.exact")
+    assert captured[-1].values()["reward"] == ["thub.compat.training_hub_reward:per_completion.th_scorers.exact"]

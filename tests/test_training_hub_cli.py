@@ -161,14 +161,13 @@ def test_training_hubs_own_examples_dry_run_unchanged(example: str, thub_cli, ti
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     result = thub_cli(subcommand, *argv, "--dry-run", "--json")
-    if "--reward-fn" in argv:
-        # Training Hub's per-sample reward_fn(data_source, solution_str, ground_truth) is not thub's
-        # batch reward: refused with the way over, exit 2, no traceback (docs/migrating-from-training-hub.md)
-        assert result.exit_code == 2, result.stdout + result.stderr
-        assert "reward_fn is not supported by thub" in result.stderr and "Traceback" not in result.stderr
-        return
     assert result.exit_code == 0, result.stdout + result.stderr
     plan = json.loads(result.stdout)
+    if "--reward-fn" in argv:
+        # Training Hub's per-completion reward_fn(data_source, solution_str, ground_truth): thub's batch
+        # reward through the adapter (thub.compat.training_hub_reward), by the same dotted path
+        target = argv[argv.index("--reward-fn") + 1]
+        assert _values(plan)["reward"] == [f"thub.compat.training_hub_reward:per_completion.{target}"]
     assert _values(plan) == _values(_python_call(subcommand, argv, tmp_path))  # the same resolved values
     # the thub equivalent is printed once, and resolves to the same values
     lines = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith("thub train ")]

@@ -196,7 +196,9 @@ def signature_defaults(registry: Any, algorithm: str, backend: str | None, param
     fields = registry.algorithm(algorithm).load_parameters().model_fields
     sources = {}
     read = BACKEND_READS.get(spec.name, frozenset()) & set(defaults)
-    applied = {name: defaults[name] for name in read} | BACKEND_KWARG_DEFAULTS.get(spec.name, {})
+    applied = {name: defaults[name] for name in read}
+    if params.get("reward_fn") is None:  # with a reward_fn, Training Hub's verl scores with it ('custom')
+        applied |= BACKEND_KWARG_DEFAULTS.get(spec.name, {})
     for name, value in sorted(applied.items()):
         rule = rule_for(name, fields)
         target = name if rule is None or rule.kind == "same" else rule.thub

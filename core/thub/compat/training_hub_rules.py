@@ -235,6 +235,12 @@ def import_string(function: Any) -> str:
     return f"{module}:{qualname}"
 
 
+def _reward_fn(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
+    from thub.compat.training_hub_reward import reward_target
+
+    return {"reward": [reward_target(value)]}
+
+
 def _rollout(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
     return {"rollout_function": import_string(value)}
 
@@ -431,9 +437,11 @@ RULES: dict[str, Rule] = {
     "rollout_fn": Rule("mapped", "a module-level async function becomes rollout_function='module:function' (art "
                                  "backend)", "rollout_function", _rollout),
     "tasks": refuse("thub reads the tasks from data_path: write one task per JSONL line and pass rollout_fn"),
-    "reward_fn": refuse("thub calls rewards as f(prompts, completions, ground_truth, **columns) -> list[float]: "
-                        "wrap yours in a module function and pass reward='module:function' (built-ins: math, "
-                        "tool_call, binary)"),
+    "reward_fn": Rule("mapped", "Training Hub's per-completion f(data_source, solution_str, ground_truth, "
+                                "extra_info=None) -> float (a module-level function or its dotted path) becomes "
+                                "reward [thub.compat.training_hub_reward:per_completion.MODULE.FUNCTION], which "
+                                "scores each completion of thub's batches with it (data_source: the row's column, "
+                                "else 'custom'; replaces Training Hub's default reward_type)", "reward", _reward_fn),
     "n_gpus": rename("nproc_per_node", "GPUs per node"),
     "art_model_name": rename("wandb_run_name", "ART's model name is its W&B run name"),
     "art_project": rename("wandb_project", "ART's project is its W&B project"),
