@@ -1,15 +1,24 @@
-"""Readers for JSONL, JSON (array), Parquet and saved Hugging Face datasets.
+"""Readers for JSONL, JSON (array), Parquet, CSV, saved Hugging Face datasets and Hub dataset names.
 
 Every reader yields ``(location, record)`` where ``location`` is what error messages print:
-``path:LINE`` for JSONL and JSON (the line the record starts on), ``path:row N`` (1-based) for
-Parquet and saved datasets, which have no lines. pyarrow and ``datasets`` are imported only when
-such a file is read, so ``thub data check`` on JSONL stays a plain-Python, sub-second affair.
+``path:LINE`` for JSONL, JSON and CSV (the line the record starts on; a CSV record with a
+newline inside quotes spans several), ``path:row N`` (1-based) for Parquet, saved datasets and
+Hub datasets (``org/name:row N``), which have no lines. pandas, pyarrow and ``datasets`` are
+imported only when such a file is read, so ``thub data check`` on JSONL stays a plain-Python,
+sub-second affair.
+
+Tabular sources carry a conversation as JSON text (Training Hub's
+``normalize_messages_column``): a ``messages`` value that is a string starting with ``[`` is
+decoded as JSON in every source but JSONL, as Training Hub does; malformed JSON is an error at
+the row, field ``messages``.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import sys
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +31,7 @@ Record = tuple[str, Any]
 _JSONL = {".jsonl", ".ndjson"}
 _JSON = {".json"}
 _PARQUET = {".parquet", ".pq"}
+_CSV = {".csv"}
 #: UTF-8 byte-order mark: Windows editors and spreadsheet exports start files with it, and
 #: ``datasets``/pandas read such files; it is not part of the first record.
 _BOM = b"\xef\xbb\xbf"
@@ -31,9 +41,16 @@ TOO_DEEP = "nested too deeply (more levels of arrays and objects than can be rea
 
 
 def file_kind(path: str | os.PathLike[str]) -> str:
-    """``jsonl``, ``json``, ``parquet`` or ``hf`` (a ``save_to_disk`` directory); else UsageError."""
+    """``jsonl``, ``json``, ``parquet``, ``csv``, ``hf`` (a ``save_to_disk`` directory) or ``hub``
+    (a Hugging Face dataset id ``namespace/name`` that is no local path); else UsageError."""
+    from thub.data.hub import is_dataset_id
+
     p = Path(path)
     if not p.exists():
+        # Training Hub loads any data_path that is not a local file with load_dataset(data_path); a
+        # missing name that ends like a data file is a mistyped path far more often than a dataset id
+        if is_dataset_id(str(path)) and p.suffix.lower() not in _JSONL | _JSON | _PARQUET | _CSV:
+            return "hub"
         raise UsageError(f"{p}: no such file or directory{did_you_mean_path(str(p))}")
     if p.is_dir():
         if any((p / name).exists() for name in ("dataset_info.json", "state.json", "dataset_dict.json")):
@@ -50,8 +67,10 @@ def file_kind(path: str | os.PathLike[str]) -> str:
         return "json" if head[:1] == b"[" else "jsonl"
     if suffix in _PARQUET:
         return "parquet"
-    raise UsageError(f"{p}: unsupported file type {suffix or '(none)'!r}; expected .jsonl, .json, .parquet "
-                     "or a saved Hugging Face dataset directory")
+    if suffix in _CSV:
+        return "csv"
+    raise UsageError(f"{p}: unsupported file type {suffix or '(none)'!r}; expected .jsonl, .json, .parquet, "
+                     ".csv, a saved Hugging Face dataset directory or a Hub dataset id (namespace/name)")
 
 
 def iter_records(path: str | os.PathLike[str], problems: Problems) -> Generator[Record, None, None]:
@@ -59,12 +78,43 @@ def iter_records(path: str | os.PathLike[str], problems: Problems) -> Generator[
     kind = file_kind(path)
     if kind == "jsonl":
         yield from _iter_jsonl(Path(path), problems)
-    elif kind == "json":
-        yield from _iter_json_array(Path(path), problems)
+        return
+    records: Iterator[Record]
+    if kind == "json":
+        records = _iter_json_array(Path(path), problems)
     elif kind == "parquet":
-        yield from _iter_parquet(Path(path))
+        records = _iter_parquet(Path(path))
+    elif kind == "csv":
+        records = _iter_csv(Path(path), problems)
+    elif kind == "hub":
+        from thub.data.hub import iter_hub
+
+        records = iter_hub(str(path))
     else:
-        yield from _iter_hf(Path(path))
+        records = _iter_hf(Path(path))
+    for location, record in records:
+        if _decode_messages(location, record, problems):
+            yield location, record
+
+
+def _decode_messages(location: str, record: Any, problems: Problems) -> bool:
+    """A ``messages`` value held as JSON text decoded in place (Training Hub's
+    ``normalize_messages_column``); False (recorded in ``problems``) when it is malformed."""
+    if not isinstance(record, dict):
+        return True
+    value = record.get("messages")
+    if not isinstance(value, str) or not value.lstrip().startswith("["):
+        return True  # a list already, a null cell, or plain text: the format's own checks judge it
+    try:
+        record["messages"] = json.loads(value)
+    except json.JSONDecodeError as exc:
+        problems.error(location, "messages", f"expected a list of messages as JSON text, found malformed JSON "
+                       f"({exc.msg} at column {exc.colno})", kind="json")
+        return False
+    except RecursionError:
+        problems.error(location, "messages", TOO_DEEP, kind="json")
+        return False
+    return True
 
 
 #: A line longer than this that does not start like a JSON object is malformed whatever follows:
@@ -236,3 +286,76 @@ def _iter_hf(path: Path) -> Iterator[Record]:
         loaded = loaded["train"]
     for row, record in enumerate(loaded, start=1):
         yield f"{path}:row {row}", record
+
+
+def _iter_csv(path: Path, problems: Problems) -> Iterator[Record]:
+    """Rows as ``datasets``' CSV builder reads them (its own pandas settings: a header row, types
+    inferred per column, an empty cell or ``NA`` a null, blank lines skipped), each located at
+    the line its record starts on, which Python's csv module finds in a first pass (pandas
+    reports no lines). A record with more fields than the header, or a quote left open, is an
+    error at its line (pandas would stop at the first)."""
+    starts = _csv_record_lines(path, problems)
+    if not starts:
+        return  # unreadable (recorded), or no data rows: the caller reports an empty file
+    try:
+        import pandas as pd  # type: ignore[import-untyped]  # lazy: only CSV users pay for pandas, pyarrow
+        import pyarrow as pa
+        from datasets.packaged_modules.csv.csv import CsvConfig
+    except ImportError as exc:
+        raise UsageError(f"{path}: reading CSV needs the datasets library (and pandas), not installed here "
+                         f"({exc}); pip install datasets") from None
+
+    settings = CsvConfig().pd_read_csv_kwargs
+    try:
+        rows: list[dict[str, Any]] = []
+        for frame in pd.read_csv(path, iterator=True, **settings):
+            rows.extend(pa.Table.from_pandas(frame).to_pylist())  # datasets' conversion: NaN -> None
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        problems.error(f"{path}:1", "", f"expected a CSV file with a header row, found unreadable data "
+                       f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})", kind="csv")
+        return
+    # Both readers skip blank lines; should they ever count records differently, rows are
+    # still named, by their number.
+    aligned = len(starts) == len(rows)
+    for number, record in enumerate(rows, start=1):
+        yield (f"{path}:{starts[number - 1]}" if aligned else f"{path}:row {number}"), record
+
+
+def _csv_record_lines(path: Path, problems: Problems) -> list[int] | None:
+    """The line each data record starts on (after the header; blank lines skipped), or None when
+    the file is not readable CSV (the problems recorded)."""
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # a long conversation is one cell (default: 128 KiB)
+    starts: list[int] = []
+    header: list[str] | None = None
+    bad = False
+    begin = 1
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:  # -sig: a spreadsheet's byte-order mark
+            reader = csv.reader(handle, strict=True)
+            while True:
+                begin = reader.line_num + 1
+                try:
+                    record = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as exc:
+                    text = str(exc)
+                    if "unexpected end of data" in text:
+                        text = "a quoted field that opens here is never closed (a missing '\"')"
+                    problems.error(f"{path}:{begin}", "", f"expected CSV, found {text}", kind="csv")
+                    return None
+                if not record:
+                    continue  # a blank line
+                if header is None:
+                    header = record
+                elif len(record) > len(header):
+                    problems.error(f"{path}:{begin}", "", f"expected at most {len(header)} fields (the header's), "
+                                   f"found {len(record)} (an unquoted comma?)", kind="csv")
+                    bad = True
+                else:
+                    starts.append(begin)
+    except UnicodeDecodeError as exc:
+        problems.error(f"{path}:{begin}", "", f"expected UTF-8 text, found invalid byte 0x{exc.object[exc.start]:02x}",
+                       kind="encoding")
+        return None
+    return None if bad else starts
