@@ -156,9 +156,9 @@ def test_json_array_errors_have_real_lines(tmp_path: Path) -> None:
 def test_file_level_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such file"):
         load_dataset_rows(str(tmp_path / "missing.jsonl"))
-    (tmp_path / "x.csv").write_text("a,b\n")
-    with pytest.raises(UsageError, match="unsupported file type '.csv'"):
-        load_dataset_rows(str(tmp_path / "x.csv"))
+    (tmp_path / "x.tsv").write_text("a\tb\n")  # (.csv is read: tests/test_data_inputs_csv.py)
+    with pytest.raises(UsageError, match="unsupported file type '.tsv'"):
+        load_dataset_rows(str(tmp_path / "x.tsv"))
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(UsageError, match="empty.jsonl:1: expected at least one row, found an empty file"):
         load_dataset_rows(str(tmp_path / "empty.jsonl"))
