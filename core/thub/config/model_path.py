@@ -151,6 +151,8 @@ def check_model_path(params: Mapping[str, Any], environ: Mapping[str, str] | Non
     HEAD request. ``environ`` is the environment the child will get (default ``os.environ``).
     """
     environ = os.environ if environ is None else environ
+    if params.get("model_path") is None:
+        return  # an algorithm without weights (gepa: its model is an LLM endpoint) has no model_path
     value = str(params["model_path"])
     path = Path(value).expanduser()
     where = f"model_path {value!r}"
