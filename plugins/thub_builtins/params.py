@@ -81,6 +81,13 @@ class SFTParams(_SupervisedParams):
     save_samples: int | None = param(group="core", help="Save a checkpoint every N samples (0 disables).", ge=0)
     accelerate_full_state_at_epoch: bool | None = param(group="core",
                                                         help="Save full optimizer state at each epoch (for resuming).")
+    fsdp_sharding_strategy: Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"] | None = param(
+        group="distributed",
+        help="FSDP sharding strategy (PyTorch's ShardingStrategy names; default: the backend's, "
+             "instructlab-training: HYBRID_SHARD, i.e. full sharding within a node, replicas across nodes).")
+    fsdp_cpu_offload: bool | None = param(group="distributed",
+                                          help="Offload the FSDP-sharded parameters to CPU memory (less GPU memory, "
+                                               "slower steps).")
 
 
 class OSFTParams(SFTParams):

@@ -36,6 +36,7 @@ MATRIX = {
     "torchrun_static": {"nproc_per_node": 8, "nnodes": 2, "node_rank": 1, "rdzv_id": "job7",
                         "master_addr": "10.0.0.1", "master_port": 29500},
     "torchrun_c10d": {"nproc_per_node": "gpu", "rdzv_endpoint": "head:29400"},
+    "fsdp": {"fsdp_sharding_strategy": "SHARD_GRAD_OP", "fsdp_cpu_offload": True},
 }
 
 
@@ -78,6 +79,8 @@ def test_translation_builds_real_instructlab_args(name: str) -> None:
             assert got == tuple(value)
         elif key == "pretraining_config":
             assert got.model_dump() == value
+        elif key == "fsdp_options":  # FSDPOptions, its strategy an enum
+            assert got.model_dump(mode="json") == value
         else:
             assert got == value, key
     for key, value in plan["torchrun_args"].items():

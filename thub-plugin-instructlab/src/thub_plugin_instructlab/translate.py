@@ -58,8 +58,11 @@ _DIRECT = {
 _SFT = frozenset({
     *_DIRECT, *TORCHRUN_PARAMS,
     "max_tokens_per_gpu", "beta1", "beta2", "data_output_dir", "unmask_messages",
-    "is_pretraining", "block_size", "save_total_limit",
+    "is_pretraining", "block_size", "save_total_limit", "fsdp_sharding_strategy", "fsdp_cpu_offload",
 })
+# FSDPOptions' sharding_strategy default in instructlab-training 0.16 (config.py), for a run that sets
+# only fsdp_cpu_offload
+ILAB_SHARDING_STRATEGY = "HYBRID_SHARD"
 
 HONOURED: dict[str, frozenset[str]] = {"sft": _SFT}
 
@@ -191,6 +194,12 @@ def translate(algorithm: str, params: Mapping[str, Any], environ: Mapping[str, s
     if pretraining and max_batch_len < params["block_size"]:
         raise UsageError(f"max_tokens_per_gpu ({max_batch_len}) must be at least block_size ({params['block_size']})")
     args["max_batch_len"] = max_batch_len
+
+    if params.get("fsdp_sharding_strategy") is not None or params.get("fsdp_cpu_offload") is not None:
+        # TrainingArgs.fsdp_options (FSDPOptions): main_ds passes --fsdp_sharding_strategy and
+        # --cpu_offload_params_fsdp to the accelerator's FullyShardedDataParallelPlugin
+        args["fsdp_options"] = {"sharding_strategy": params.get("fsdp_sharding_strategy") or ILAB_SHARDING_STRATEGY,
+                                "cpu_offload_params": bool(params.get("fsdp_cpu_offload"))}
 
     betas = _adamw_betas(params, notes)
     if betas is not None:
