@@ -218,10 +218,12 @@ def test_sft_hpu_example_torchrun_types(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("function", "params", "message"), [
     pytest.param(*case, marks=pytest.mark.needs_backend(rules.DEFAULT_BACKEND[case[0]])) for case in [
-        ("sft", {"fsdp_options": {"cpu_offload_params": True}}, "fsdp_options is not supported by thub: thub runs"),
-        ("osft", {"osft_memory_efficient_init": True, "unfreeze_rank_ratio": 0.3},
-         "osft_memory_efficient_init is not supported by thub: not a field of mini-trainer 0.9"),
-        ("lora_grpo", {"data_config": "Qwen3"}, "data_config is not supported by thub: thub reads local files"),
+        ("sft", {"fsdp_options": {"cpu_offload": True}}, "fsdp_options=.* is not supported by thub: .*'cpu_offload'"),
+        ("sft", {"fsdp_options": {"sharding_strategy": "ZERO3"}}, "fsdp_sharding_strategy"),
+        ("osft", {"osft_memory_efficient_init": False, "unfreeze_rank_ratio": 0.3},
+         "osft_memory_efficient_init=False is not supported by thub: mini-trainer 0.9 always loads"),
+        ("lora_grpo", {"data_config": "Qwen3", "data_path": "data"},
+         "data_config='Qwen3' is not supported by thub: .*Hugging Face dataset configuration"),
         ("grpo", {"n_train": 100}, "n_train is not supported by thub: thub reads local files"),
         ("lora_grpo", {"reward_fn": len}, "reward_fn=.* is not supported by thub: Training Hub calls reward_fn as"),
     ]])
@@ -229,8 +231,58 @@ def test_refusals_name_why_and_what_instead(tmp_path: Path, function: str, param
                                             message: str) -> None:
     data = PROMPTS if "grpo" in function else DATA
     with pytest.raises(UsageError, match=message):
-        dry(function, backend=rules.DEFAULT_BACKEND[function], model_path="m", data_path=data,
-            ckpt_output_dir=str(tmp_path), **params)
+        dry(function, **{"backend": rules.DEFAULT_BACKEND[function], "model_path": "m", "data_path": data,
+                         "ckpt_output_dir": str(tmp_path), **params})
+
+
+@pytest.mark.needs_backend("mini-trainer")
+def test_osft_memory_efficient_init_is_what_mini_trainer_does(tmp_path: Path) -> None:
+    """Training Hub's osft examples pass osft_memory_efficient_init=True; mini-trainer 0.9 has no such
+    field (Training Hub drops it) and always loads OSFT models memory-efficiently under torchrun."""
+    plan = dry("osft", backend="mini-trainer", model_path="m", data_path=DATA, ckpt_output_dir=str(tmp_path),
+               unfreeze_rank_ratio=0.25, effective_batch_size=16, max_tokens_per_gpu=4096, max_seq_len=1024,
+               learning_rate=5e-6, osft_memory_efficient_init=True)
+    assert any(note.startswith("osft_memory_efficient_init=True") and "setup_osft_model_distributed" in note
+               for note in plan["training_hub_notes"])
+    assert not [key for key in plan["translation"]["training_args"] if "memory_efficient" in key]  # no such field
+
+
+@pytest.mark.parametrize("function", ["grpo", "lora_grpo"])
+def test_data_config_with_a_local_file_changes_nothing_as_in_training_hub(function: str, tmp_path: Path) -> None:
+    """data_config is the Hugging Face dataset configuration Training Hub streams data_path with
+    (load_dataset(data_path, data_config)); a local .json/.jsonl file is read without it."""
+    plan = dry(function, backend="trl", model_path="m", data_path=PROMPTS, ckpt_output_dir=str(tmp_path),
+               max_steps=2, data_config="Qwen3")
+    assert any(note.startswith("data_config='Qwen3'") for note in plan["training_hub_notes"])
+
+
+@pytest.mark.needs_backend("instructlab-training")
+def test_fsdp_options_map_on_instructlab(tmp_path: Path) -> None:
+    """sft's fsdp_options (instructlab-training's FSDPOptions) become thub's FSDP parameters, passed back as
+    the library's own FSDPOptions (a dict or the object, as Training Hub takes either)."""
+    base = {"backend": "instructlab-training", "model_path": "m", "data_path": DATA, "ckpt_output_dir": str(tmp_path)}
+    plan = dry("sft", **base, fsdp_options={"sharding_strategy": "FULL_SHARD", "cpu_offload_params": True})
+    params = plan["parameters"]
+    assert params["fsdp_sharding_strategy"]["value"] == "FULL_SHARD"
+    assert "training-hub name fsdp_options → fsdp_sharding_strategy" in params["fsdp_sharding_strategy"]["source"]
+    assert params["fsdp_cpu_offload"]["value"] is True
+    options = plan["translation"]["training_args"]["fsdp_options"]
+    assert options == {"sharding_strategy": "FULL_SHARD", "cpu_offload_params": True}
+    config = pytest.importorskip("instructlab.training.config")
+    built = config.FSDPOptions(**options)  # what the runner's TrainingArgs holds
+    assert built.sharding_strategy is config.ShardingStrategies.FULL_SHARD and built.cpu_offload_params is True
+    plan = dry("sft", **base, fsdp_options=config.FSDPOptions(sharding_strategy=config.ShardingStrategies.NO_SHARD))
+    assert plan["translation"]["training_args"]["fsdp_options"] == {"sharding_strategy": "NO_SHARD",
+                                                                    "cpu_offload_params": False}
+    assert "fsdp_options" not in dry("sft", **base)["translation"]["training_args"]  # the library's default
+
+
+@pytest.mark.needs_backend("trl")
+def test_fsdp_options_refused_where_the_backend_has_no_fsdp(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"backend 'trl' does not honour these sft parameters:\n  fsdp_cpu_offload "
+                                         r"\(from api fsdp_options, .*\): backends that do: instructlab-training"):
+        dry("sft", backend="trl", model_path="m", data_path=DATA, ckpt_output_dir=str(tmp_path),
+            fsdp_options={"cpu_offload_params": True})
 
 
 @pytest.mark.needs_backend("verl")

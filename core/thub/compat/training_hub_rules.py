@@ -235,6 +235,40 @@ def import_string(function: Any) -> str:
     return f"{module}:{qualname}"
 
 
+_FSDP_KEYS = {"sharding_strategy": "fsdp_sharding_strategy", "cpu_offload_params": "fsdp_cpu_offload"}
+
+
+def _fsdp_options(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
+    """instructlab-training's ``FSDPOptions`` (the object, or a dict of its fields) as thub's FSDP
+    parameters; the strategy's enum as its name (pydantic checks it)."""
+    if hasattr(value, "model_dump"):
+        value = value.model_dump()
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected FSDPOptions or a dict of its fields {sorted(_FSDP_KEYS)}, found "
+                         f"{type(value).__name__}")
+    unknown = sorted(str(key) for key in value if key not in _FSDP_KEYS)
+    if unknown:
+        raise ValueError(f"unknown FSDPOptions field {unknown[0]!r} (instructlab-training's are "
+                         f"{', '.join(sorted(_FSDP_KEYS))})")
+    out = {}
+    for key, target in _FSDP_KEYS.items():
+        if value.get(key) is not None:
+            given = value[key]
+            out[target] = str(getattr(given, "value", given)).upper() if key == "sharding_strategy" else given
+    return out
+
+
+def _data_config(value: Any, others: Mapping[str, Any]) -> dict[str, Any]:
+    """Training Hub streams a Hugging Face dataset id with ``load_dataset(data_path, data_config)``
+    and reads a local ``.json``/``.jsonl`` file without it (lora_grpo._load_tool_call_dataset):
+    with such a file the name changes nothing there either."""
+    data_path = others.get("data_path")
+    if isinstance(data_path, str) and data_path.lower().endswith((".json", ".jsonl")):
+        return {}
+    raise ValueError("data_config is the Hugging Face dataset configuration Training Hub streams data_path with; "
+                     + HUB_DATA_REFUSAL.replace("'CONFIG'", repr(value)))
+
+
 def _reward_fn(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
     from thub.compat.training_hub_reward import reward_target
 
@@ -347,8 +381,10 @@ RULES: dict[str, Rule] = {
     "mock_data": refuse("thub trains on real data only: use a small file, e.g. examples/data/chat.jsonl"),
     "mock_data_len": refuse("thub trains on real data only: use a small file, e.g. examples/data/chat.jsonl"),
     "deepspeed_options": refuse("thub's instructlab-training backend uses FSDP, not DeepSpeed"),
-    "fsdp_options": refuse("thub runs instructlab-training's default FSDP (full sharding, no CPU offload); no "
-                           "per-run FSDP options"),
+    "fsdp_options": Rule("mapped", "instructlab-training's FSDPOptions (or a dict of its fields): sharding_strategy "
+                                   "→ fsdp_sharding_strategy, cpu_offload_params → fsdp_cpu_offload; honoured by the "
+                                   "instructlab-training backend, refused (exit 2) on a backend without FSDP",
+                         "fsdp_sharding_strategy, fsdp_cpu_offload", _fsdp_options),
     "distributed_backend": fixed(("fsdp",), "thub's instructlab-training backend runs FSDP"),
     "disable_flash_attn": refuse("thub sets it itself: flash-attn when installed, SDPA otherwise (see thub doctor)"),
     "lora": refuse("LoRA is its own algorithm in thub: thub.lora_sft(...) or thub train lora_sft"),
@@ -388,8 +424,10 @@ RULES: dict[str, Rule] = {
     "val_loss_improvement_threshold": refuse(_VALIDATION + "; result.json names the best checkpoint "
                                                            "(best_checkpoint)"),
     "resume_from_full_state_checkpoint": refuse("run the same command with --resume (thub.train(..., resume=True))"),
-    "osft_memory_efficient_init": refuse("not a field of mini-trainer 0.9 (Training Hub drops it there); thub's "
-                                         "mini-trainer backend initialises OSFT with mini-trainer's default"),
+    "osft_memory_efficient_init": fixed((True,), "mini-trainer 0.9 always loads OSFT models memory-efficiently under "
+                                                 "torchrun (rank 0 reads the weights, FSDP2 lazy init shards them: "
+                                                 "setup_model_for_training.setup_osft_model_distributed); it has no "
+                                                 "such field (Training Hub drops the keyword), so False cannot be had"),
     # lora_sft (unsloth)
     # both converted on the merged layers by _merged_batch (the world size may come from another layer)
     "micro_batch_size": Rule("mapped", "effective_batch_size = micro_batch_size x gradient_accumulation_steps x "
@@ -431,7 +469,10 @@ RULES: dict[str, Rule] = {
     "loftq_config": refuse("LoftQ initialisation is not offered: use load_in_4bit (QLoRA)"),
     "save_model": rename("save_final_checkpoint"),
     # lora_grpo / grpo
-    "data_config": refuse(HUB_DATA_REFUSAL),
+    "data_config": Rule("fixed", "the Hugging Face dataset configuration of a dataset id data_path (Training Hub: "
+                                 "load_dataset(data_path, data_config)); with a local .json/.jsonl file it changes "
+                                 "nothing, in Training Hub too; with a dataset id, export it (see data_path)",
+                        convert=_data_config),
     "n_train": refuse(HUB_DATA_REFUSAL),
     "n_val": refuse(HUB_DATA_REFUSAL + " (a validation split: a second file)"),
     "rollout_fn": Rule("mapped", "a module-level async function becomes rollout_function='module:function' (art "
