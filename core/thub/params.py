@@ -119,8 +119,8 @@ class BaseParams(BaseModel):
     model_path: str = param(REQUIRED, path=True, core_applied=True, group="core",
                             help="Local path or hub id of the base model.")
     data_path: str | None = param(path=True, core_applied=True, group="core",
-                                  help="Training data file or directory (JSONL, JSON, Parquet, saved HF dataset); or "
-                                       "use datasets.")
+                                  help="Training data: a JSONL, JSON, Parquet or CSV file, a saved HF dataset "
+                                       "directory, or a Hub dataset id org/name (its train split); or use datasets.")
     ckpt_output_dir: str = param(REQUIRED, path=True, core_applied=True, group="core",
                                  help="Run directory: checkpoints, metrics, logs, result.json.")
     data_format: DataFormat = param("auto", core_applied=True, group="core",
