@@ -1,0 +1,100 @@
+"""Real gepa runs against the OpenAI-compatible endpoint the tests start on 127.0.0.1 (the tiny local
+model as task and reflection LM): thub train gepa and Training Hub's thub gepa command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from thub.backend import read_metrics
+
+pytest.importorskip("gepa")
+pytest.importorskip("litellm")
+
+SEED = '{"system_prompt": "Answer the question in one word."}'
+
+
+def _common(data: Path, url: str) -> list[str]:
+    return ["--data-path", str(data), "--seed-candidate", SEED, "--task-lm", "openai/tiny", "--api-base", url,
+            "--max-metric-calls", "9", "--reflection-minibatch-size", "1"]
+
+
+@pytest.mark.slow
+def test_thub_train_gepa_writes_the_optimised_prompt(endpoint: str, examples: Path, tmp_path: Path,
+                                                     thub_run) -> None:
+    out, marker = tmp_path / "run", tmp_path / "marker.txt"
+    done = thub_run("train", "gepa", *_common(examples, endpoint), "--ckpt-output-dir", str(out),
+                    "--evaluator", "gepa_hooks.by_length", "--callbacks", "gepa_hooks:Counter", "--json",
+                    env={"GEPA_TEST_MARKER": str(marker)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "succeeded" and result["algorithm"] == "gepa" and result["backend"] == "gepa"
+    summary = result["summary"]
+    candidates = [json.loads(line) for line in (out / "gepa" / "candidates.jsonl").read_text().splitlines()]
+    assert summary["candidates"] == len(candidates) >= 1 and summary["train_examples"] == 3
+    assert candidates[0]["texts"] == json.loads(SEED) and candidates[0]["parents"] == [None]
+    best = candidates[summary["best_candidate"]]
+    assert best["best"] and summary["best_score"] == best["val_score"] == max(c["val_score"] for c in candidates)
+    assert 0 < summary["metric_calls"] <= 9 + 3  # the budget is checked between iterations
+    # the optimised prompt, as text and as gepa's candidate
+    assert (out / "gepa" / "best_prompt.txt").read_text() == best["texts"]["system_prompt"].rstrip("\n") + "\n"
+    assert json.loads((out / "gepa" / "best_candidate.json").read_text()) == best["texts"]
+    assert json.loads((out / "gepa" / "gepa_result.json").read_text())["best_idx"] == summary["best_candidate"]
+    assert (out / "gepa" / "state" / "gepa_state.bin").exists()  # gepa's own state: what --resume reads
+    # one metrics line per candidate scored on the validation set, the seed first
+    lines = read_metrics(out / "training_metrics.jsonl")
+    assert [line["candidate"] for line in lines] == [c["candidate"] for c in candidates]
+    assert [line["reward"] for line in lines] == [c["val_score"] for c in candidates]
+    assert [line["step"] for line in lines] == list(range(1, len(candidates) + 1))
+    assert all("loss" not in line and "eval_loss" not in line and line["val_examples"] == 3 for line in lines)
+    assert result["last_metrics"]["step"] == len(candidates)
+    # the evaluator scored (a score of length/60 is never 0 for a non-empty answer) and the callback ran
+    assert summary["seed_score"] > 0
+    assert marker.read_text().split() == [str(c["candidate"]) for c in candidates]
+
+
+@pytest.mark.slow
+def test_training_hubs_command_line_runs_gepa(endpoint: str, examples: Path, tmp_path: Path, thub_run) -> None:
+    out = tmp_path / "optimised"
+    done = thub_run("gepa", *_common(examples, endpoint), "--output-dir", str(out), "--seed", "3",
+                    "--skip-perfect-score", "false", "--candidate-selection-strategy", "current_best")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.count("thub train gepa") == 1  # the equivalent, printed once
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "succeeded" and (out / "gepa" / "best_prompt.txt").read_text().strip()
+    record = json.loads((out / "thub_run.json").read_text())["parameters"]
+    assert record["seed"]["value"] == 3 and record["ckpt_output_dir"]["value"] == str(out)
+    assert record["skip_perfect_score"]["value"] is False
+
+
+def test_an_unreachable_api_base_is_refused_before_anything_starts(examples: Path, tmp_path: Path,
+                                                                   thub_run) -> None:
+    from socket import socket
+
+    with socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    out = tmp_path / "run"
+    done = thub_run("train", "gepa", *_common(examples, url), "--ckpt-output-dir", str(out))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"api_base '{url}': nothing answers there" in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()
+
+
+def test_a_bad_row_is_file_line(tmp_path: Path, thub_run) -> None:
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"input": "q", "answer": "a"}\n{"input": "", "answer": "a"}\n{"input": "q", "answer": 4}\n')
+    done = thub_run("train", "gepa", *_common(data, "http://127.0.0.1:9/v1"), "--ckpt-output-dir",
+                    str(tmp_path / "run"), "--dry-run")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{data}:2: input" in done.stderr and f"{data}:3: answer" in done.stderr, done.stderr
+
+
+def test_an_import_string_that_does_not_import_is_exit_2(examples: Path, tmp_path: Path, endpoint: str,
+                                                         thub_run) -> None:
+    done = thub_run("train", "gepa", *_common(examples, endpoint), "--ckpt-output-dir", str(tmp_path / "run"),
+                    "--evaluator", "gepa_hooks.no_such_scorer", "--dry-run")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "evaluator 'gepa_hooks.no_such_scorer': cannot be imported" in done.stderr
