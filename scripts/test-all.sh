@@ -72,6 +72,11 @@ python -m pip install --quiet --no-deps --upgrade --target build/axolotl-0.19.0 
 # transformers/torch/huggingface-hub/scikit-learn, already here: the CPU torch stays) and the plugin.
 python -m pip install --quiet "sentence-transformers==6.2.0"
 python -m pip install --quiet --no-deps -e ./thub-plugin-sentence-transformers
+# gepa (issue 30, prompt optimisation): gepa 0.1.4 (no dependencies) and litellm, which it calls (openai, tiktoken,
+# jiter, h2, ... ~15 MB; no torch/transformers change), and the plugin. Its tests serve the tiny model on 127.0.0.1
+# with FastAPI + uvicorn (already here, from mlflow) and transformers' generate: no outside API.
+python -m pip install --quiet "gepa==0.1.4" "litellm==1.110.2"
+python -m pip install --quiet --no-deps -e ./thub-plugin-gepa
 # Training Hub 0.11.2 (the system thub replaces), unpacked without dependencies outside the venv:
 # tests/test_training_hub_names.py reads its public functions' signatures and callback hooks with
 # `ast` (153 kB; nothing imported: it would pull instructlab-training, mini-trainer, torch, ...).
