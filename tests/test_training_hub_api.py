@@ -375,3 +375,22 @@ def test_reward_fn_replaces_training_hubs_tool_call_default_on_verl(captured: li
     thub.grpo("m", str(tmp_path), str(ROOT / "examples" / "data" / "grpo.jsonl"), backend="verl",
               reward_fn="th_scorers.exact")
     assert captured[-1].values()["reward"] == ["thub.compat.training_hub_reward:per_completion.th_scorers.exact"]
+
+
+@pytest.mark.needs_backend("verl")
+def test_reward_fn_through_verls_compute_score(scorers: Any, tmp_path: Path) -> None:
+    """verl calls the generated compute_score once per completion; it calls the adapter, which calls the
+    Training Hub scorer: the same score Training Hub's verl backend computes from the function itself."""
+    import importlib.util
+
+    from thub_plugin_verl.rewards import write_module
+
+    target = "thub.compat.training_hub_reward:per_completion.th_scorers.exact"
+    path = write_module(tmp_path / "verl_reward.py", [target])
+    spec = importlib.util.spec_from_file_location("verl_reward_generated", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for solution, truth in [("the answer is 42", "42"), ("no idea", "42")]:
+        expected = scorers.exact(data_source="custom", solution_str=solution, ground_truth=truth)
+        assert module.compute_score("custom", solution, truth, extra_info={"index": 0}) == expected
