@@ -290,3 +290,21 @@ def test_training_hub_command_line_imports_no_training_library(tmp_path: Path) -
              "from thub.cli.main import main\n"
              "try:\n    main()\nexcept SystemExit:\n    pass\n")
     assert imported_heavy_modules(probe) == []
+
+
+@pytest.mark.needs_backend("instructlab-training")
+def test_fsdp_options_in_a_config_file(thub_cli, tmp_path: Path) -> None:
+    """sft's fsdp_options is a **kwargs keyword (no flag): a --config key, mapped per backend."""
+    config = tmp_path / "sft.yaml"
+    config.write_text(yaml.safe_dump({"model_path": "m", "data_path": str(DATA / "chat.jsonl"),
+                                      "ckpt_output_dir": str(tmp_path / "o"), "backend": "instructlab-training",
+                                      "fsdp_options": {"sharding_strategy": "SHARD_GRAD_OP",
+                                                       "cpu_offload_params": True}}))
+    done = thub_cli("sft", "--config", str(config), "--dry-run", "--json")
+    assert done.exit_code == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["translation"]["training_args"]["fsdp_options"] == {"sharding_strategy": "SHARD_GRAD_OP",
+                                                                    "cpu_offload_params": True}
+    done = thub_cli("sft", "--config", str(config), "--backend", "trl", "--dry-run")
+    assert done.exit_code == 2 and "Traceback" not in done.stderr
+    assert "backend 'trl' does not honour" in done.stderr and "fsdp_sharding_strategy" in done.stderr
