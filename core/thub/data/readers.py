@@ -97,23 +97,29 @@ def iter_records(path: str | os.PathLike[str], problems: Problems) -> Generator[
             yield location, record
 
 
+#: Columns that tabular sources hold as JSON text, and what the text must decode to: Training
+#: Hub's ``normalize_messages_column`` decodes its conversation column in every source but JSONL.
+JSON_TEXT_COLUMNS = {"messages": "a list of messages"}
+
+
 def _decode_messages(location: str, record: Any, problems: Problems) -> bool:
-    """A ``messages`` value held as JSON text decoded in place (Training Hub's
-    ``normalize_messages_column``); False (recorded in ``problems``) when it is malformed."""
+    """A :data:`JSON_TEXT_COLUMNS` value held as JSON text decoded in place; False (recorded in
+    ``problems``) when it is malformed."""
     if not isinstance(record, dict):
         return True
-    value = record.get("messages")
-    if not isinstance(value, str) or not value.lstrip().startswith("["):
-        return True  # a list already, a null cell, or plain text: the format's own checks judge it
-    try:
-        record["messages"] = json.loads(value)
-    except json.JSONDecodeError as exc:
-        problems.error(location, "messages", f"expected a list of messages as JSON text, found malformed JSON "
-                       f"({exc.msg} at column {exc.colno})", kind="json")
-        return False
-    except RecursionError:
-        problems.error(location, "messages", TOO_DEEP, kind="json")
-        return False
+    for column, holds in JSON_TEXT_COLUMNS.items():
+        value = record.get(column)
+        if not isinstance(value, str) or not value.lstrip().startswith("["):
+            continue  # a list already, a null cell, or plain text: the format's own checks judge it
+        try:
+            record[column] = json.loads(value)
+        except json.JSONDecodeError as exc:
+            problems.error(location, column, f"expected {holds} as JSON text, found malformed JSON "
+                           f"({exc.msg} at column {exc.colno})", kind="json")
+            return False
+        except RecursionError:
+            problems.error(location, column, TOO_DEEP, kind="json")
+            return False
     return True
 
 
