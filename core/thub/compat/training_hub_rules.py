@@ -481,14 +481,17 @@ RULES: dict[str, Rule] = {
     "reward_fn": Rule("mapped", "Training Hub's per-completion f(data_source, solution_str, ground_truth, "
                                 "extra_info=None) -> float (a module-level function or its dotted path) becomes "
                                 "reward [thub.compat.training_hub_reward:per_completion.MODULE.FUNCTION], which "
-                                "scores each completion of thub's batches with it (data_source: the row's column, "
-                                "else 'custom'; replaces Training Hub's default reward_type)", "reward", _reward_fn),
+                                "scores each completion of thub's batches with it (data_source 'custom', as on "
+                                "Training Hub's verl; replaces Training Hub's default reward_type)", "reward",
+                      _reward_fn),
     "n_gpus": rename("nproc_per_node", "GPUs per node"),
     "art_model_name": rename("wandb_run_name", "ART's model name is its W&B run name"),
     "art_project": rename("wandb_project", "ART's project is its W&B project"),
     "art_path": refuse("thub keeps ART's files in the run directory (ckpt_output_dir)"),
     "reward_type": Rule("mapped", "tool_call or math: reward [tool_call] or [math]", "reward", _reward_type),
-    "data_source": refuse("thub passes each row's own columns to the reward; data_source is not needed"),
+    "data_source": refuse("thub's backends give a reward the prompts, completions and ground_truth only; a reward_fn "
+                          "is called with data_source='custom' (Training Hub's verl default): branch on the "
+                          "ground truth, or train each data source with its own reward"),
     # embedding_sft (sentence-transformers); batch_size (per device, one process) and eval_data_path: above
     "loss_fn": Rule("same", "a loss class or a function model -> loss, by import string or as a module-level "
                             "object (thub calls it with the model); a loss object is refused", "loss_fn", _loss_fn),
