@@ -80,7 +80,7 @@ class GepaParams(BaseParams):
         group="gepa", help="The Pareto frontier gepa keeps (default: instance).")
     skip_perfect_score: bool | None = param(
         group="gepa", help="Skip reflecting on a minibatch that already scores perfect_score (gepa's default: true).")
-    perfect_score: float | None = param(group="gepa", help="The score counted as perfect (default 1.0).")
+    perfect_score: float | None = param(group="gepa", ge=0, help="The score counted as perfect (default 1.0).")
     reflection_minibatch_size: int | None = param(
         group="gepa", ge=1, help="Examples shown to the reflection LM per proposal (gepa's default: 3).")
     run_dir: str | None = param(
@@ -144,6 +144,9 @@ class GepaParams(BaseParams):
 
     @model_validator(mode="after")
     def _consistent(self) -> GepaParams:
+        if self.model_path is not None:
+            raise ValueError(f"model_path {self.model_path!r}: gepa loads no weights; the model is task_lm (a litellm "
+                             "model string such as openai/NAME, with api_base for a local server)")
         if self.trainset is not None:
             raise ValueError("trainset: thub reads the examples from data_path: write them one JSON object a line "
                              '({"input": ..., "answer": ...}) and pass data_path')
