@@ -341,6 +341,11 @@ def test_reward_fn_scores_each_completion_of_a_batch(scorers: Any) -> None:
     completions = [[{"role": "assistant", "content": "It is 4."}], [{"role": "assistant", "content": "7"}]]
     assert reward(prompts, completions, ground_truth=["4", "6"], completion_ids=[[1], [2]]) == [1.0, 0.0]
     assert reward.__name__ == "th_scorers.exact"
+    import copy
+    import pickle
+
+    for clone in (pickle.loads(pickle.dumps(reward)), copy.deepcopy(reward)):  # TRL's picklable reward forms
+        assert clone(prompts, completions, ground_truth=["4", "6"]) == [1.0, 0.0]
     seen = load_object(f"{PREFIX}.th_scorers.seen")
     assert seen(["p", "q"], ["abcde", "ab"], ground_truth=["x", "y"], data_source=["gsm8k", "math"]) == [0.5, 0.2]
     assert scorers.CALLS == [("gsm8k", "abcde", "x"), ("math", "ab", "y")]  # the row's data_source, no extra_info
