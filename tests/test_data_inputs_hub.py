@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -25,7 +26,8 @@ import pytest
 CHAT = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "A"}]
 
 
-def _cache_dataset(home: Path, repo_id: str, rows: list[dict[str, Any]], split: str = "train") -> Path:
+def _cache_dataset(home: Path, repo_id: str, rows: list[dict[str, Any]], split: str = "train",
+                   revision: str = "0123abcd") -> Path:
     """Write ``rows`` into HF_HOME's datasets cache as ``load_dataset(repo_id)`` leaves it after a
     download (``namespace___name/default/0.0.0/HASH``), with datasets' JSON builder."""
     from datasets.packaged_modules.json.json import Json
@@ -35,7 +37,7 @@ def _cache_dataset(home: Path, repo_id: str, rows: list[dict[str, Any]], split: 
     source.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     builder = Json(dataset_name=name, config_name="default", cache_dir=str(home.parent / "build"),
                    data_files={split: str(source)})
-    out = home / "datasets" / f"{namespace}___{name}" / "default" / "0.0.0" / "0123abcd"
+    out = home / "datasets" / f"{namespace}___{name}" / "default" / "0.0.0" / revision
     builder.download_and_prepare(output_dir=str(out))
     return out
 
@@ -47,8 +49,6 @@ def _closed_port() -> int:
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
-    import os
-
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("THUB_", "HF_")) and k not in ("TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME")}
     env.update(HF_HOME=str(home), XDG_CACHE_HOME=str(home.parent / "xdg"),
@@ -163,3 +163,25 @@ def test_dataset_the_hub_does_not_have(tmp_path: Path, empty_hub: str) -> None:
     assert "Traceback" not in out
     assert "the Hugging Face Hub could not serve the dataset 'org/nowhere'" in out
     assert "to_json('nowhere.jsonl')" in out
+
+
+def test_preview_stats_and_prepare(home: Path, tmp_path: Path, tiny_model: Path) -> None:
+    """The tokenizing commands take a Hub id too; `prepare` keys its cache on the dataset's revision
+    (there is no local file to hash)."""
+    env = _env(home)
+    for command in ("preview", "stats"):
+        done = _thub("data", command, "--model", str(tiny_model), "org/tiny-chat", env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+    out = tmp_path / "prepared.jsonl"
+    first = _thub("data", "prepare", "--model", str(tiny_model), "org/tiny-chat", "-o", str(out), env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert len(out.read_text().splitlines()) == 2
+    again = _thub("data", "prepare", "--model", str(tiny_model), "org/tiny-chat", "-o", str(out), env=env)
+    assert "reused (cache hit)" in again.stdout + again.stderr, again.stdout + again.stderr
+    older = home / "datasets" / "org___tiny-chat" / "default" / "0.0.0" / "0123abcd"
+    os.utime(older, (1_000_000_000, 1_000_000_000))  # datasets reads the newest revision in the cache
+    _cache_dataset(home, "org/tiny-chat", [{"messages": CHAT}] * 3, revision="4567ef01")
+    changed = _thub("data", "prepare", "--model", str(tiny_model), "org/tiny-chat", "-o", str(out), env=env)
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "cache hit" not in changed.stdout + changed.stderr
+    assert len(out.read_text().splitlines()) == 3

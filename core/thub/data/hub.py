@@ -179,6 +179,14 @@ def _first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
+def identity(name: str) -> str:
+    """What identifies the dataset's ``train`` split as it would be read now, for cache keys: its
+    cache files (their folder names the Hub revision) and row count."""
+    loaded = load_hub_dataset(name)
+    files = sorted(str(item.get("filename", "")) for item in loaded.cache_files)
+    return f"{name}\0{loaded.num_rows}\0" + "\0".join(files)
+
+
 def iter_hub(name: str) -> Iterator[tuple[str, Any]]:
     """``(location, record)`` for each row of the dataset's ``train`` split; locations are
     ``org/name:row N`` (1-based), as for a saved dataset."""

@@ -27,10 +27,10 @@ from thub.data.formats import DatasetSource
 from thub.data.kinds import kind_spec, loaded
 from thub.data.loading import load_sources
 from thub.data.mixing import mix_loaded
+from thub.data.readers import hash_source
 from thub.data.tokenize import IGNORE, Sample, TokenizeStats
 from thub.data.training import TrainingData
 from thub.errors import UsageError
-from thub.fileio import hash_contents
 
 CACHE_VERSION = 1
 
@@ -79,7 +79,7 @@ def cache_key(sources: Sequence[DatasetSource], tokenizer: Any, settings: dict[s
     """Content hash of data + tokenizer + settings (paths and mtimes do not matter)."""
     digest = hashlib.sha256(f"thub-prepare-{CACHE_VERSION}".encode())
     for source in sources:
-        hash_contents(digest, source.path)
+        hash_source(digest, source.path)  # a file's bytes, a Hub dataset's revision
         digest.update(json.dumps({k: v for k, v in asdict(source).items() if k != "path"}, sort_keys=True).encode())
     backend = getattr(tokenizer, "backend_tokenizer", None)
     digest.update((backend.to_str() if backend is not None else repr(tokenizer)).encode())

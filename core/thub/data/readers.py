@@ -73,6 +73,19 @@ def file_kind(path: str | os.PathLike[str]) -> str:
                      ".csv, a saved Hugging Face dataset directory or a Hub dataset id (namespace/name)")
 
 
+def hash_source(digest: Any, path: str | os.PathLike[str]) -> None:
+    """Feed a source's contents into ``digest`` (a :mod:`hashlib` object) for cache keys: a file's or
+    directory's bytes (:func:`thub.fileio.hash_contents`), a Hub dataset's :func:`thub.data.hub.identity`."""
+    from thub.fileio import hash_contents
+
+    if not Path(path).exists() and file_kind(path) == "hub":
+        from thub.data.hub import identity
+
+        digest.update(identity(str(path)).encode())
+        return
+    hash_contents(digest, Path(path))
+
+
 def iter_records(path: str | os.PathLike[str], problems: Problems) -> Generator[Record, None, None]:
     """Yield ``(location, record)`` for every record; malformed JSON is recorded in ``problems``."""
     kind = file_kind(path)
