@@ -89,7 +89,7 @@ def _load_source(source: DatasetSource, problems: Problems | None) -> LoadedSour
 
 
 def load_dataset_rows(path: str, data_format: str = "auto", *, document_column: str | None = None) -> list[dict]:
-    """Read a JSONL/JSON/Parquet file or a saved HF dataset directory and return canonical rows.
+    """Read a JSONL/JSON/Parquet/CSV file, a saved HF dataset directory or a Hub dataset id; return canonical rows.
 
     ``data_format`` is ``auto`` (detected from the first row; a file mixing schemas is an error)
     or a registered format (``thub data check --help`` lists them). Rows come back normalised to
