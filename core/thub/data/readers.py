@@ -41,8 +41,9 @@ TOO_DEEP = "nested too deeply (more levels of arrays and objects than can be rea
 
 
 def file_kind(path: str | os.PathLike[str]) -> str:
-    """``jsonl``, ``json``, ``parquet``, ``csv``, ``hf`` (a ``save_to_disk`` directory) or ``hub``
-    (a Hugging Face dataset id ``namespace/name`` that is no local path); else UsageError."""
+    """``jsonl``, ``json``, ``parquet``, ``csv``, ``hf`` (a ``save_to_disk`` directory), ``files`` (a
+    folder of data files: :func:`directory_files`) or ``hub`` (a Hugging Face dataset id
+    ``namespace/name`` that is no local path); else UsageError."""
     from thub.data.hub import is_dataset_id
 
     p = Path(path)
@@ -55,8 +56,11 @@ def file_kind(path: str | os.PathLike[str]) -> str:
     if p.is_dir():
         if any((p / name).exists() for name in ("dataset_info.json", "state.json", "dataset_dict.json")):
             return "hf"
+        if directory_files(p):
+            return "files"
         raise UsageError(f"{p}: a directory, but not a saved Hugging Face dataset "
-                         "(expected dataset_info.json/state.json or dataset_dict.json from save_to_disk)")
+                         "(expected dataset_info.json/state.json or dataset_dict.json from save_to_disk), "
+                         "nor a folder of .jsonl/.json/.parquet/.csv data files")
     suffix = p.suffix.lower()
     if suffix in _JSONL:
         return "jsonl"
@@ -71,6 +75,22 @@ def file_kind(path: str | os.PathLike[str]) -> str:
         return "csv"
     raise UsageError(f"{p}: unsupported file type {suffix or '(none)'!r}; expected .jsonl, .json, .parquet, "
                      ".csv, a saved Hugging Face dataset directory or a Hub dataset id (namespace/name)")
+
+
+def directory_files(path: Path) -> list[Path]:
+    """The ``train`` split's data files of a folder as ``datasets.load_dataset(folder)`` finds them
+    (Training Hub's path for a directory: ``train*``/``*-train-*`` names, or every file when none
+    is named by split; hidden files skipped), in its order; only the file types read here."""
+    try:
+        from datasets.data_files import DataFilesDict, get_data_patterns
+    except ImportError:
+        return []
+    try:
+        found = DataFilesDict.from_patterns(get_data_patterns(str(path)), base_path=str(path))
+    except Exception:  # noqa: BLE001 - EmptyDatasetError and friends: no data files here
+        return []
+    known = _JSONL | _JSON | _PARQUET | _CSV
+    return [Path(file) for file in found.get("train", []) if Path(file).suffix.lower() in known]
 
 
 def hash_source(digest: Any, path: str | os.PathLike[str]) -> None:
@@ -103,6 +123,10 @@ def iter_records(path: str | os.PathLike[str], problems: Problems) -> Generator[
         from thub.data.hub import iter_hub
 
         records = iter_hub(str(path))
+    elif kind == "files":
+        for file in directory_files(Path(path)):
+            yield from iter_records(file, problems)  # each file's own reader and locations
+        return
     else:
         records = _iter_hf(Path(path))
     for location, record in records:
