@@ -388,3 +388,21 @@ def test_a_base_typed_relative_to_where_training_ran_is_found_from_anywhere(eval
     done = thub_cli("eval", str(copy), "--tasks", str(data / "memorised.jsonl"), "--base", "--dry-run", "--json")
     assert done.exit_code == 0, done.stderr
     assert done.json()["models"][0]["model_path"] == str(tiny_model)
+
+
+def test_what_the_harness_prints_goes_to_stderr_and_json_stays_json(evaluator: Any, thub_cli: Any, sft_run: Path,
+                                                                   data: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import thub_test_evaluator
+
+    scores = thub_test_evaluator.evaluate
+
+    def chatty(request: Any) -> Any:
+        print("bootstrapping for stddev: loglik")  # as lm-eval prints on stdout
+        return scores(request)
+
+    monkeypatch.setattr(thub_test_evaluator, "evaluate", chatty)
+    done = thub_cli("eval", str(_copy_run(sft_run, tmp_path)), "--tasks", str(data / "memorised.jsonl"), "--json")
+    assert done.exit_code == 0, done.stderr
+    assert "final" in json.dumps(done.json())  # stdout parses as JSON
+    assert "bootstrapping for stddev" in done.stderr

@@ -7,6 +7,7 @@ process: the harness's own model load is the only overhead over running it by ha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -179,7 +180,10 @@ def execute(eval_plan: EvalPlan, *, say: Callable[[str], None] | None = None) ->
         say(f"{model.label}: scoring {model.model_path} on {', '.join(t.name for t in eval_plan.tasks)} "
             f"with {spec.name}")
         try:
-            answer = runner(eval_plan.request(model))
+            # a harness's own prints (lm-eval's "bootstrapping for stddev") go to stderr: stdout holds
+            # only thub's report (--json: nothing but JSON)
+            with contextlib.redirect_stdout(sys.stderr):
+                answer = runner(eval_plan.request(model))
         except ThubError:
             raise
         except Exception as exc:
