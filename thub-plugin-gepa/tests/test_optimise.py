@@ -98,3 +98,37 @@ def test_an_import_string_that_does_not_import_is_exit_2(examples: Path, tmp_pat
                     "--evaluator", "gepa_hooks.no_such_scorer", "--dry-run")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "evaluator 'gepa_hooks.no_such_scorer': cannot be imported" in done.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_stops_with_gepas_state_and_resume_continues_it(endpoint: str, examples: Path, tmp_path: Path,
+                                                                thub_run) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    argv = ["train", "gepa", "--data-path", str(examples), "--seed-candidate", SEED, "--task-lm", "openai/tiny",
+            "--api-base", endpoint, "--reflection-minibatch-size", "1", "--no-skip-perfect-score",
+            "--ckpt-output-dir", str(out)]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    run = subprocess.Popen([sys.executable, "-m", "thub", *argv, "--max-metric-calls", "100000"], env=environ,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = out / "gepa" / "state" / "run_log.txt"
+    deadline = time.monotonic() + 300  # a hang guard only: we wait for gepa's third iteration
+    while not (log.exists() and "Iteration 3:" in log.read_text(errors="replace")):
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]
+        time.sleep(0.2)
+    run.send_signal(signal.SIGTERM)
+    output = run.communicate(timeout=300)[0]
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "interrupted", output
+    assert (out / "gepa" / "state" / "gepa_state.bin").exists()
+    # a budget of 3 calls is spent by the seed's validation alone: a fresh start stops there (3 calls);
+    # resumed, gepa starts from its saved state, past three iterations of reflection (each >= 2 calls)
+    done = thub_run(*argv, "--max-metric-calls", "3", "--resume")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "succeeded" and result["summary"]["metric_calls"] > 3 + 2

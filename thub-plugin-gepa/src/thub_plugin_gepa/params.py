@@ -98,7 +98,7 @@ class GepaParams(BaseParams):
                            "per component (JSON object).")
     custom_candidate_proposer: str | None = param(
         group="gepa", help="Your proposal function by import string, instead of reflection.")
-    module_selector: str | None = param(
+    module_selector: Literal["round_robin", "all"] | None = param(
         group="gepa", help="Which component is mutated: round_robin (gepa's default) or all.")
     use_merge: bool | None = param(group="gepa", help="Also merge candidates from two lineages (default: false).")
     stop_callbacks: str | None = param(
