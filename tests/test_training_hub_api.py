@@ -40,28 +40,30 @@ def test_api_function_refuses_training_hub_name_before_launch(tmp_path: Path) ->
     assert not (tmp_path / "o").exists()  # nothing written
 
 
-def test_hub_dataset_id_is_refused_before_launch(tmp_path: Path) -> None:
+def test_hub_dataset_id_is_refused_before_launch_for_grpo(tmp_path: Path) -> None:
+    """Training Hub's GRPO streams a Hub tool-call dataset and converts its rows into tasks (n_train,
+    n_val, data_config); thub reads GRPO rows as they are: refused with the export."""
     with pytest.raises(UsageError, match="looks like a Hugging Face dataset id.*export it once"):
         thub.lora_grpo("m", str(tmp_path / "o"), "Agent-Ark/Toucan-1.5M", backend="trl")
     th.check_data_path("grpo", DATA)  # a local file passes
 
 
-def test_csv_data_is_refused_with_a_conversion(tmp_path: Path) -> None:
-    """Training Hub reads CSV with messages as JSON text; the printed conversion gives thub's JSONL."""
-    import json
-    import subprocess
-    import sys
+def test_csv_and_hub_ids_go_to_thubs_readers_for_sft(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training Hub's sft/osft read CSV (messages as JSON text) and Hugging Face dataset names, as thub's
+    readers do now (docs/data.md): the Python API passes them on, it does not refuse them."""
+    from thub import api
 
     csv = tmp_path / "train.csv"
-    csv.write_text('messages\n"[{""role"": ""user"", ""content"": ""a""}, {""role"": ""assistant"", ""content"": '
-                   '""b""}]"\n')
-    with pytest.raises(UsageError, match="thub does not read CSV; convert it once") as raised:
-        thub.sft("m", str(csv), str(tmp_path / "o"), "trl")
-    command = str(raised.value).split("convert it once: ", 1)[1]
-    assert command.startswith('python -c "')
-    subprocess.run([sys.executable, "-c", command[len('python -c "'):-1]], check=True, cwd=tmp_path)
-    row = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
-    assert row["messages"][1] == {"role": "assistant", "content": "b"}
+    csv.write_text('messages\n"[{""role"": ""user"", ""content"": ""hello there""}, {""role"": ""assistant"", '
+                   '""content"": ""hi back""}]"\n')
+    th.check_data_path("sft", str(csv))
+    plan = api._training_hub_run("sft", ("m", str(csv), str(tmp_path / "o"), "trl"), {}, api._Caller(dry_run=True))
+    assert plan["parameters"]["data_path"]["value"] == str(csv)
+    th.check_data_path("sft", "someorg/somedata")  # thub's reader: the local cache, or its clear error
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError, match="not in the local datasets cache"):
+        api._training_hub_run("sft", ("m", "someorg/somedata", str(tmp_path / "o"), "trl"), {},
+                              api._Caller(dry_run=True))
 
 
 @pytest.mark.needs_backend("instructlab-training", "mini-trainer")

@@ -239,20 +239,21 @@ def verl_epochs(registry: Any, algorithm: str, backend: str | None, params: dict
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Training Hub's GRPO streams a Hub tool-call dataset and converts each row into a task
+# (lora_grpo._load_tool_call_dataset, with data_config, n_train, n_val); thub reads GRPO rows as they are
+_HUB_STREAMING = ("lora_grpo", "grpo")
 
 
 def check_data_path(algorithm: str, data_path: Any) -> None:
-    """A Hugging Face dataset id (Training Hub's GRPO accepts one) is refused before launch."""
+    """A Hugging Face dataset id for GRPO (Training Hub converts its tool-call rows while streaming
+    them) is refused before launch. CSV files and, for the other functions, dataset ids go to thub's
+    readers, which read them as Training Hub does (docs/data.md)."""
     from pathlib import Path
 
-    if isinstance(data_path, str) and _HUB_ID.match(data_path) and not Path(data_path).exists():
+    if algorithm in _HUB_STREAMING and isinstance(data_path, str) and _HUB_ID.match(data_path) \
+            and not Path(data_path).exists():
         raise UsageError(f"data_path {data_path!r} looks like a Hugging Face dataset id and is not a local path: "
                          + HUB_DATA_REFUSAL)
-    if isinstance(data_path, str) and data_path.lower().endswith(".csv"):
-        # Training Hub reads CSV (messages serialised as JSON text); thub reads JSONL, JSON, Parquet
-        raise UsageError(f"data_path {data_path!r}: thub does not read CSV; convert it once: python -c \"import "
-                         f"json, pandas as p; d = p.read_csv('{data_path}'); d['messages'] = d['messages']"
-                         f".map(json.loads); d.to_json('{data_path[:-4]}.jsonl', orient='records', lines=True)\"")
 
 
 def rows() -> list[dict[str, Any]]:
