@@ -75,7 +75,10 @@ def _train(algorithm: str, backend: str | None, backend_reason: str | None, conf
     from thub.compat.training_hub_api import observe, result_with_training_hub_keys
     from thub.runner import run_training
 
-    callbacks = params.pop("callbacks", None)
+    spec = get_registry().algorithms.get(algorithm)
+    # an algorithm with a ``callbacks`` parameter of its own (gepa: GEPACallbacks, run in the child) keeps it
+    own = spec is not None and "callbacks" in spec.load_parameters().model_fields
+    callbacks = None if own else params.pop("callbacks", None)
     iteration_callback = params.pop("iteration_callback", None)
     resolved = _resolve(algorithm, backend, config, allow_ignored, params, caller.label)
     if backend_reason:

@@ -94,3 +94,28 @@ def test_import_strings_load_both_spellings() -> None:
     from thub_plugin_gepa.translate import load
 
     assert load("inspect:signature") is inspect.signature and load("inspect.signature") is inspect.signature
+
+
+def test_training_hubs_callbacks_are_gepas_callbacks(tmp_path: Path) -> None:
+    """Training Hub's gepa passes ``callbacks`` to gepa.optimize (GEPACallbacks in the optimisation), not
+    as the TrainingHubCallbacks of its trainers: on ``thub gepa`` and ``thub.train`` they reach the plan."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import thub
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"input": "q", "answer": "a"}\n')
+    common = ["--seed-candidate", '{"p": "x"}', "--task-lm", "openai/t", "--data-path", str(data), "--output-dir",
+              str(tmp_path / "o"), "--max-metric-calls", "5", "--dry-run", "--json"]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
+    done = subprocess.run([sys.executable, "-m", "thub", "gepa", *common, "--callbacks", '["inspect.Signature"]'],
+                          capture_output=True, text=True, env=environ, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["translation"]["optimize"]["callbacks"] == ["inspect.Signature"]
+    plan = thub.dry_run("gepa", backend="gepa", data_path=str(data), ckpt_output_dir=str(tmp_path / "p"),
+                     seed_candidate={"p": "x"}, task_lm="openai/t", max_metric_calls=5,
+                     callbacks=[inspect.Signature])
+    assert plan["translation"]["optimize"]["callbacks"] == ["inspect:Signature"]
