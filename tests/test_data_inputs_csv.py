@@ -143,19 +143,3 @@ def test_preview_and_stats_read_csv(tmp_path: Path, tiny_model: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "thub", "data", "preview", "--model", str(tiny_model), str(hard),
                            "-n", "1"], capture_output=True, text=True, timeout=300)
     assert "日本" in done.stdout
-
-
-def test_train_sft_on_csv_with_trl(tmp_path: Path, tiny_model: Path, demo_data: Path) -> None:
-    """The demo chat data as a CSV (messages as JSON text, as Training Hub users keep it) trains on trl."""
-    rows = [json.loads(line) for line in (demo_data / "chat.jsonl").read_text().splitlines() if line.strip()]
-    data = _write(tmp_path / "chat.csv", ["messages"], [[json.dumps(row["messages"], ensure_ascii=False)]
-                                                         for row in rows])
-    run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "thub", "train", "sft", "--backend", "trl", "--model-path",
-                           str(tiny_model), "--data-path", str(data), "--ckpt-output-dir", str(run),
-                           "--max-steps", "2", "--learning-rate", "5e-2"],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result = json.loads((run / "result.json").read_text())
-    assert result["status"] == "succeeded", result
-    assert (Path(result["final_checkpoint"]) / "config.json").is_file()

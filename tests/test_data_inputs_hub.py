@@ -26,7 +26,7 @@ import pytest
 CHAT = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "A"}]
 
 
-def _cache_dataset(home: Path, repo_id: str, rows: list[dict[str, Any]], split: str = "train",
+def cache_dataset(home: Path, repo_id: str, rows: list[dict[str, Any]], split: str = "train",
                    revision: str = "0123abcd") -> Path:
     """Write ``rows`` into HF_HOME's datasets cache as ``load_dataset(repo_id)`` leaves it after a
     download (``namespace___name/default/0.0.0/HASH``), with datasets' JSON builder."""
@@ -48,7 +48,7 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def _env(home: Path, **extra: str) -> dict[str, str]:
+def hub_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("THUB_", "HF_")) and k not in ("TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME")}
     env.update(HF_HOME=str(home), XDG_CACHE_HOME=str(home.parent / "xdg"),
@@ -59,20 +59,20 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 def _thub(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # the timeout is only a hang guard: an unreachable Hub must never be waited for
-    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=env, timeout=240)
+    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=env, timeout=900)
 
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     """An HF_HOME whose datasets cache holds ``org/tiny-chat`` (2 rows; the second's messages as JSON text)."""
     home = tmp_path / "hf"
-    _cache_dataset(home, "org/tiny-chat", [{"messages": json.dumps(CHAT)}, {"messages": json.dumps(CHAT)}])
+    cache_dataset(home, "org/tiny-chat", [{"messages": json.dumps(CHAT)}, {"messages": json.dumps(CHAT)}])
     return home
 
 
 @pytest.mark.parametrize("offline", ["unreachable", "HF_HUB_OFFLINE=1"])
 def test_cached_dataset_is_read_offline(home: Path, offline: str) -> None:
-    env = _env(home, **({"HF_HUB_OFFLINE": "1"} if offline != "unreachable" else {}))
+    env = hub_env(home, **({"HF_HUB_OFFLINE": "1"} if offline != "unreachable" else {}))
     done = _thub("data", "check", "org/tiny-chat", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "org/tiny-chat" in done.stdout and "2 valid rows" in done.stdout  # messages decoded from JSON text
@@ -80,16 +80,16 @@ def test_cached_dataset_is_read_offline(home: Path, offline: str) -> None:
 
 def test_rows_are_named_by_dataset_and_row(tmp_path: Path) -> None:
     home = tmp_path / "hf"
-    _cache_dataset(home, "org/bad-chat", [{"messages": CHAT}, {"messages": [{"role": "user", "content": "q"}]}])
-    done = _thub("data", "check", "org/bad-chat", env=_env(home))
+    cache_dataset(home, "org/bad-chat", [{"messages": CHAT}, {"messages": [{"role": "user", "content": "q"}]}])
+    done = _thub("data", "check", "org/bad-chat", env=hub_env(home))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "org/bad-chat:row 2: messages: expected at least one assistant turn" in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_missing_dataset_is_a_clear_error(home: Path) -> None:
-    for env, state in ((_env(home), "unreachable (Connection refused)"),
-                       (_env(home, HF_DATASETS_OFFLINE="1"), "set offline (HF_DATASETS_OFFLINE=1)")):
+    for env, state in ((hub_env(home), "unreachable (Connection refused)"),
+                       (hub_env(home, HF_DATASETS_OFFLINE="1"), "set offline (HF_DATASETS_OFFLINE=1)")):
         done = _thub("data", "check", "org/not-cached", env=env)
         assert done.returncode == 2, done.stdout + done.stderr
         out = done.stdout + done.stderr
@@ -102,15 +102,15 @@ def test_missing_dataset_is_a_clear_error(home: Path) -> None:
 
 def test_without_a_train_split(tmp_path: Path) -> None:
     home = tmp_path / "hf"
-    _cache_dataset(home, "org/test-only", [{"messages": CHAT}], split="test")
-    done = _thub("data", "check", "org/test-only", env=_env(home))
+    cache_dataset(home, "org/test-only", [{"messages": CHAT}], split="test")
+    done = _thub("data", "check", "org/test-only", env=hub_env(home))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "org/test-only: split: expected a 'train' split" in done.stdout + done.stderr
 
 
 def test_a_mistyped_local_path_stays_a_missing_file(home: Path) -> None:
     """A name ending like a data file is taken for a path, not a dataset id."""
-    done = _thub("data", "check", "data/train.jsonl", env=_env(home))
+    done = _thub("data", "check", "data/train.jsonl", env=hub_env(home))
     assert done.returncode == 2
     assert "data/train.jsonl: no such file or directory" in done.stdout + done.stderr
 
@@ -120,7 +120,7 @@ def test_mixed_with_a_csv_file(home: Path, tmp_path: Path) -> None:
     table = tmp_path / "more.csv"
     table.write_text('messages\n"' + json.dumps(CHAT).replace('"', '""') + '"\n', encoding="utf-8")
     done = _thub("data", "check", "--dataset", "org/tiny-chat", "--dataset", f"{table}:format=messages",
-                 env=_env(home))
+                 env=hub_env(home))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 valid rows" in done.stdout
 
@@ -157,7 +157,7 @@ def empty_hub() -> Iterator[str]:
 
 
 def test_dataset_the_hub_does_not_have(tmp_path: Path, empty_hub: str) -> None:
-    done = _thub("data", "check", "org/nowhere", env=_env(tmp_path / "hf", HF_ENDPOINT=empty_hub))
+    done = _thub("data", "check", "org/nowhere", env=hub_env(tmp_path / "hf", HF_ENDPOINT=empty_hub))
     assert done.returncode == 2, done.stdout + done.stderr
     out = done.stdout + done.stderr
     assert "Traceback" not in out
@@ -168,7 +168,7 @@ def test_dataset_the_hub_does_not_have(tmp_path: Path, empty_hub: str) -> None:
 def test_preview_stats_and_prepare(home: Path, tmp_path: Path, tiny_model: Path) -> None:
     """The tokenizing commands take a Hub id too; `prepare` keys its cache on the dataset's revision
     (there is no local file to hash)."""
-    env = _env(home)
+    env = hub_env(home)
     for command in ("preview", "stats"):
         done = _thub("data", command, "--model", str(tiny_model), "org/tiny-chat", env=env)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -180,8 +180,21 @@ def test_preview_stats_and_prepare(home: Path, tmp_path: Path, tiny_model: Path)
     assert "reused (cache hit)" in again.stdout + again.stderr, again.stdout + again.stderr
     older = home / "datasets" / "org___tiny-chat" / "default" / "0.0.0" / "0123abcd"
     os.utime(older, (1_000_000_000, 1_000_000_000))  # datasets reads the newest revision in the cache
-    _cache_dataset(home, "org/tiny-chat", [{"messages": CHAT}] * 3, revision="4567ef01")
+    cache_dataset(home, "org/tiny-chat", [{"messages": CHAT}] * 3, revision="4567ef01")
     changed = _thub("data", "prepare", "--model", str(tiny_model), "org/tiny-chat", "-o", str(out), env=env)
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert "cache hit" not in changed.stdout + changed.stderr
     assert len(out.read_text().splitlines()) == 3
+
+
+def test_sft_trains_on_trl_from_the_cache(tmp_path: Path, tiny_model: Path, demo_data: Path) -> None:
+    """The demo chat rows as a cached Hub dataset train on trl with the Hub unreachable."""
+    rows = [json.loads(line) for line in (demo_data / "chat.jsonl").read_text().splitlines() if line.strip()]
+    cache_dataset(tmp_path / "hf", "org/demo-chat", rows)
+    run = tmp_path / "run"
+    done = _thub("train", "sft", "--backend", "trl", "--model-path", str(tiny_model), "--data-path", "org/demo-chat",
+                 "--ckpt-output-dir", str(run), "--max-steps", "2", "--learning-rate", "5e-2",
+                 env=hub_env(tmp_path / "hf"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads((run / "result.json").read_text())["status"] == "succeeded"
+    assert f"{len(rows)} examples" in done.stdout + done.stderr
