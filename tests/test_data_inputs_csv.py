@@ -19,6 +19,8 @@ from thub.data.problems import Problems
 from thub.data.readers import iter_records
 from thub.errors import UsageError
 
+pytestmark = pytest.mark.needs_module("datasets", "pandas")
+
 
 def _chat(user: str, assistant: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]

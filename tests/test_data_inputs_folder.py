@@ -17,6 +17,8 @@ from thub.data.problems import Problems
 from thub.data.readers import directory_files, iter_records
 from thub.errors import UsageError
 
+pytestmark = pytest.mark.needs_module("datasets")
+
 
 def _chat(answer: str) -> dict:
     return {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": answer}]}

@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.needs_module("datasets")
+
 CHAT = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "A"}]
 
 
@@ -187,6 +189,8 @@ def test_preview_stats_and_prepare(home: Path, tmp_path: Path, tiny_model: Path)
     assert len(out.read_text().splitlines()) == 3
 
 
+@pytest.mark.slow
+@pytest.mark.needs_backend("trl")
 def test_sft_trains_on_trl_from_the_cache(tmp_path: Path, tiny_model: Path, demo_data: Path) -> None:
     """The demo chat rows as a cached Hub dataset train on trl with the Hub unreachable."""
     rows = [json.loads(line) for line in (demo_data / "chat.jsonl").read_text().splitlines() if line.strip()]

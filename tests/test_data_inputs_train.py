@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = [pytest.mark.slow, pytest.mark.needs_module("datasets", "pandas"), pytest.mark.needs_backend("trl")]
+
 
 def _rows(demo_data: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (demo_data / "chat.jsonl").read_text().splitlines() if line.strip()]
