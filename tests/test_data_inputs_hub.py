@@ -29,7 +29,7 @@ CHAT = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "A"}]
 
 
 def cache_dataset(home: Path, repo_id: str, rows: list[dict[str, Any]], split: str = "train",
-                   revision: str = "0123abcd") -> Path:
+                   revision: str = "0123abcd", config: str = "default") -> Path:
     """Write ``rows`` into HF_HOME's datasets cache as ``load_dataset(repo_id)`` leaves it after a
     download (``namespace___name/default/0.0.0/HASH``), with datasets' JSON builder."""
     from datasets.packaged_modules.json.json import Json
@@ -37,9 +37,9 @@ def cache_dataset(home: Path, repo_id: str, rows: list[dict[str, Any]], split: s
     namespace, name = repo_id.split("/")
     source = home.parent / f"{name}-{split}.jsonl"
     source.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    builder = Json(dataset_name=name, config_name="default", cache_dir=str(home.parent / "build"),
+    builder = Json(dataset_name=name, config_name=config, cache_dir=str(home.parent / "build"),
                    data_files={split: str(source)})
-    out = home / "datasets" / f"{namespace}___{name}" / "default" / "0.0.0" / revision
+    out = home / "datasets" / f"{namespace}___{name}" / config / "0.0.0" / revision
     builder.download_and_prepare(output_dir=str(out))
     return out
 
@@ -108,6 +108,18 @@ def test_without_a_train_split(tmp_path: Path) -> None:
     done = _thub("data", "check", "org/test-only", env=hub_env(home))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "org/test-only: split: expected a 'train' split" in done.stdout + done.stderr
+
+
+def test_a_cache_datasets_cannot_read_says_why(tmp_path: Path) -> None:
+    """Two cached configurations: datasets' own reason, not "not cached"."""
+    home = tmp_path / "hf"
+    for config in ("en", "fr"):
+        cache_dataset(home, "org/two", [{"messages": CHAT}], config=config)
+    done = _thub("data", "check", "org/two", env=hub_env(home))
+    assert done.returncode == 2, done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert "'org/two' could not be read from (There are multiple 'org/two' configurations in the cache" in out
+    assert "Traceback" not in out
 
 
 def test_a_mistyped_local_path_stays_a_missing_file(home: Path) -> None:

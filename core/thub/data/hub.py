@@ -165,8 +165,12 @@ def _not_read(name: str, reason: str | None, exc: BaseException) -> UsageError:
     local = f"{name}: no such local file or directory, and"
     if reason is not None:
         state = "set offline" if reason.endswith("=1") else "unreachable"
+        # datasets says "not cached" with these; anything else (several cached configurations, a
+        # damaged cache) is its own message
+        missing = isinstance(exc, (ConnectionError, FileNotFoundError))  # DatasetNotFoundError is one too
+        found = "is not in" if missing else f"could not be read from ({_first_line(exc)})"
         return UsageError(
-            f"{local} the Hugging Face dataset {name!r} is not in the local datasets cache "
+            f"{local} the Hugging Face dataset {name!r} {found} the local datasets cache "
             f"({datasets_cache()}) while the Hub is {state} ({reason}); where the network is (same HF_HOME), "
             f"load it once, or export it to a local file: {export_hint(name)}")
     return UsageError(f"{local} the Hugging Face Hub could not serve the dataset {name!r} ({_first_line(exc)}); "
