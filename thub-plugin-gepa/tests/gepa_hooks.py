@@ -19,3 +19,30 @@ class Counter:
 
         with open(os.environ["GEPA_TEST_MARKER"], "a") as out:
             out.write(f"{event['candidate_idx']}\n")
+
+
+def predict(input: str, additional_context: dict | None = None) -> str:  # noqa: A002 - MLflow passes inputs by name
+    """An MLflow predict_fn: the registered prompt ``qa`` formatted and sent to the task LM (the test endpoint)."""
+    import litellm
+    import mlflow
+
+    prompt = mlflow.genai.load_prompt("prompts:/qa/1")
+    messages = [{"role": "user", "content": prompt.format(question=input)}]
+    reply = litellm.completion(model="openai/tiny", messages=messages)
+    return str(reply.choices[0].message.content)
+
+
+def _length(outputs: str) -> float:
+    return min(len(outputs or ""), 60) / 60
+
+
+def _scorer():  # built on import, so that a module without mlflow still imports
+    from mlflow.genai.scorers import scorer
+
+    return scorer(name="length")(_length)
+
+
+try:
+    length = _scorer()
+except ImportError:  # pragma: no cover - mlflow not installed
+    length = None

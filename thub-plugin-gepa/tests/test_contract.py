@@ -39,6 +39,46 @@ class TestGepaContract(BackendContract):
                            "wandb_init_kwargs": ({"project": "a"}, {"project": "b"})}
 
 
+class TestMlflowContract(BackendContract):
+    backend = "mlflow"
+    plugin_module = "thub_plugin_gepa"
+    readme = Path(__file__).parents[1] / "README.md"
+    samples = {"gepa": {**BASE, "predict_fn": "m:predict", "prompt_uris": ["prompts:/qa/1"],
+                        "api_base": "http://127.0.0.1:8000/v1"}}
+    read_samples = [("gepa", {**{k: v for k, v in BASE.items() if k != "ckpt_output_dir"},
+                              "predict_fn": "m:predict", "prompt_uris": ["prompts:/qa/1"], "scorers": ["m:s"],
+                              "aggregation": "m:agg", "enable_tracking": False,
+                              "gepa_kwargs": {"use_merge": True}, "reflection_lm": "openai/big",
+                              "display_progress_bar": True, "output_dir": "o",
+                              "candidate_selection_strategy": "current_best", "frontier_type": "hybrid",
+                              "skip_perfect_score": False, "perfect_score": 2.0, "reflection_minibatch_size": 2,
+                              "seed": 3, "batch_sampler": "m:s", "reflection_prompt_template": "t",
+                              "custom_candidate_proposer": "m:p", "module_selector": "all", "use_merge": True,
+                              "stop_callbacks": "m:stop", "callbacks": ["m:C"], "cache_evaluation": True,
+                              "raise_on_exception": False})]
+    checks = frozenset()
+    differential_values = {"api_base": ("http://a/v1", "https://b/v1"),
+                           "seed_candidate": ({"p": "one"}, {"p": "two"}),
+                           "gepa_kwargs": ({"use_merge": True}, {"use_merge": False}),
+                           "prompt_uris": (["prompts:/a/1"], ["prompts:/b/1"])}
+
+
+def test_mlflow_plan_is_training_hubs() -> None:
+    plan = load_registry().translate("gepa", "mlflow", resolve(
+        load_registry(), "gepa", backend="mlflow", environ={},
+        flags={**{k: v for k, v in BASE.items() if k != "max_metric_calls"}, "predict_fn": "m:p",
+               "prompt_uris": ["prompts:/qa/1"], "seed": 5}).values())
+    # litellm's provider/model as MLflow's provider:/model; Training Hub's budget of 100; forwarded keywords
+    assert plan["optimizer"]["reflection_model"] == "openai:/m" and plan["optimizer"]["max_metric_calls"] == 100
+    assert plan["optimizer"]["gepa_kwargs"] == {"seed": 5} and plan["optimize_prompts"]["enable_tracking"] is True
+    with pytest.raises(UsageError, match="the mlflow backend needs predict_fn"):
+        load_registry().translate("gepa", "mlflow", resolve(load_registry(), "gepa", backend="mlflow",
+                                                            flags=BASE, environ={}).values())
+    with pytest.raises(UsageError, match="valset"):  # Training Hub's mlflow backend ignores it: refused
+        resolve(load_registry(), "gepa", backend="mlflow", environ={},
+                flags={**BASE, "predict_fn": "m:p", "prompt_uris": ["p"], "valset": [{"input": "q", "answer": "a"}]})
+
+
 def _resolve(**params):
     registry = load_registry()
     return resolve(registry, "gepa", backend="gepa", flags={**BASE, **params}, environ={})

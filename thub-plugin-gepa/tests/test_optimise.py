@@ -133,3 +133,35 @@ def test_sigterm_stops_with_gepas_state_and_resume_continues_it(endpoint: str, e
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "succeeded" and result["summary"]["metric_calls"] > 3 + 2
+
+
+@pytest.mark.slow
+def test_mlflow_backend_optimises_a_registered_prompt(endpoint: str, examples: Path, tmp_path: Path,
+                                                      thub_run, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow.genai.optimize")
+    import mlflow
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    mlflow.set_tracking_uri(store)
+    template = "Answer in one word: {{question}}"
+    assert mlflow.genai.register_prompt(name="qa", template=template).uri == "prompts:/qa/1"
+    out = tmp_path / "run"
+    done = thub_run("gepa", "--backend", "mlflow", "--seed-candidate", json.dumps({"qa": template}),
+                    "--task-lm", "openai/tiny", "--api-base", endpoint, "--data-path", str(examples),
+                    "--output-dir", str(out), "--max-metric-calls", "9", "--reflection-minibatch-size", "1",
+                    "--predict-fn", "gepa_hooks.predict", "--prompt-uris", "prompts:/qa/1",
+                    "--scorers", '["gepa_hooks:length"]', "--enable-tracking", "false",
+                    env={"MLFLOW_TRACKING_URI": store})
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "succeeded" and result["backend"] == "mlflow"
+    record = json.loads((out / "gepa" / "mlflow_result.json").read_text())
+    assert record["optimized_prompt_uris"] and record["optimized_prompt_uris"][0].startswith("prompts:/qa/")
+    best = json.loads((out / "gepa" / "best_candidate.json").read_text())
+    assert set(best) == {"qa"} and (out / "gepa" / "best_prompt.txt").read_text().strip()
+    candidates = [json.loads(line) for line in (out / "gepa" / "candidates.jsonl").read_text().splitlines()]
+    assert candidates and candidates[0]["texts"] == {"qa": template}
+    lines = read_metrics(out / "training_metrics.jsonl")
+    assert [line["reward"] for line in lines] == [c["val_score"] for c in candidates]
+    assert candidates[0]["val_score"] > 0  # the length scorer scored the tiny model's answers

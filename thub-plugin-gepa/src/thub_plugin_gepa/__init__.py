@@ -51,3 +51,20 @@ def thub_register_backends(register: Callable[[BackendSpec], None]) -> None:
         defaults=DEFAULTS,
         docs="thub-plugin-gepa/README.md",
     ))
+    from thub_plugin_gepa import mlflow_plan
+
+    register(BackendSpec(
+        name="mlflow",
+        summary="MLflow's optimize_prompts with its GepaPromptOptimizer: gepa on prompts of MLflow's prompt "
+                "registry, scored by MLflow scorers (Training Hub's mlflow gepa backend); CPU only.",
+        algorithms=mlflow_plan.HONOURED,
+        runner="thub_plugin_gepa.mlflow_runner:run",
+        translate="thub_plugin_gepa.mlflow_plan:translate",
+        check_rows="thub_plugin_gepa.mlflow_plan:check",
+        requirements=(*REQUIREMENTS, "mlflow-skinny>=3.5"),
+        install="pip install 'gepa>=0.1.1,<0.2' 'litellm>=1.71.1' 'mlflow>=3.5'  # no torch",
+        needs_cuda=False,
+        priority=0,
+        defaults=mlflow_plan.DEFAULTS,
+        docs="thub-plugin-gepa/README.md",
+    ))

@@ -110,10 +110,11 @@ class GepaParams(BaseParams):
         group="gepa", help="Reuse the score of a (candidate, example) pair seen before (default: false).")
     raise_on_exception: bool | None = param(
         group="gepa", help="Stop the run on an evaluator/proposer error (gepa's default: true).")
-    # Training Hub's mlflow backend (mlflow.genai.optimize_prompts): accepted by name, run by none here yet
+    # Training Hub's mlflow backend (mlflow.genai.optimize_prompts; thub's backend mlflow)
     predict_fn: str | None = param(group="gepa-mlflow", help="MLflow backend: predict function by import string.")
     prompt_uris: list[str] | None = param(group="gepa-mlflow", help="MLflow backend: prompt URIs to optimise.")
-    scorers: list[Any] | None = param(group="gepa-mlflow", help="MLflow backend: scorers.")
+    scorers: list[str] | None = param(group="gepa-mlflow",
+                                      help="MLflow backend: Scorer objects (e.g. @scorer functions) by import string.")
     aggregation: str | None = param(group="gepa-mlflow", help="MLflow backend: score aggregation by import string.")
     enable_tracking: bool | None = param(group="gepa-mlflow", help="MLflow backend: log to MLflow.")
     gepa_kwargs: dict[str, Any] | None = param(group="gepa-mlflow", help="MLflow backend: gepa.optimize() extras.")
@@ -135,7 +136,7 @@ class GepaParams(BaseParams):
     def _object_by_name(cls, value: Any) -> Any:
         return import_string(value)
 
-    @field_validator("callbacks", mode="before")
+    @field_validator("callbacks", "scorers", mode="before")
     @classmethod
     def _callbacks_by_name(cls, value: Any) -> Any:
         if isinstance(value, str):

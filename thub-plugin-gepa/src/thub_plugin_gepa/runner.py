@@ -36,13 +36,13 @@ class MetricsCallback:
                                  iteration=int(event["iteration"]), val_examples=int(event["num_examples_evaluated"]))
 
 
-def _object(name: str) -> Any:
+def object_from(name: str) -> Any:
     """The imported object; a class is built with no arguments (an adapter, a callback)."""
     obj = load(name)
     return obj() if isinstance(obj, type) else obj
 
 
-def _prompt_text(candidate: dict[str, str]) -> str:
+def prompt_text(candidate: dict[str, str]) -> str:
     if len(candidate) == 1:
         return next(iter(candidate.values())).rstrip("\n") + "\n"
     return "".join(f"[{name}]\n{text.rstrip()}\n\n" for name, text in candidate.items())
@@ -52,7 +52,7 @@ def write_outputs(folder: Path, result: Any) -> dict[str, Any]:
     """The files of the run's ``gepa/`` folder; returns ``result.json``'s summary."""
     folder.mkdir(parents=True, exist_ok=True)
     best = dict(result.best_candidate)
-    write_text_atomic(folder / "best_prompt.txt", _prompt_text(best))
+    write_text_atomic(folder / "best_prompt.txt", prompt_text(best))
     write_text_atomic(folder / "best_candidate.json", json.dumps(best, indent=2) + "\n")
     lines = []
     for i, candidate in enumerate(result.candidates):
@@ -73,20 +73,24 @@ def write_outputs(folder: Path, result: Any) -> dict[str, Any]:
     }
 
 
+def endpoint_environment(api_base: str | None) -> None:
+    """litellm reads the endpoint from the environment (Training Hub's way: both LMs use it); it needs
+    a key even for a local server, and its cost map is read from its own copy, not fetched."""
+    if api_base:
+        os.environ["OPENAI_API_BASE"] = api_base
+        os.environ.setdefault("OPENAI_API_KEY", "dummy")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
 def run(context: RunContext) -> dict[str, Any]:
     """Optimise with ``gepa.optimize`` according to ``translate``; return the outcome."""
     plan = translate(context.algorithm, context.params)
-    # litellm reads the endpoint from the environment (Training Hub's way: both LMs use it); it needs
-    # a key even for a local server, and its cost map is read from its own copy, not fetched
-    if plan["api_base"]:
-        os.environ["OPENAI_API_BASE"] = plan["api_base"]
-        os.environ.setdefault("OPENAI_API_KEY", "dummy")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    endpoint_environment(plan["api_base"])
     import gepa
 
     kwargs = dict(plan["optimize"])
     for name in plan["objects"]:
-        kwargs[name] = [_object(n) for n in kwargs[name]] if name == "callbacks" else _object(kwargs[name])
+        kwargs[name] = [object_from(n) for n in kwargs[name]] if name == "callbacks" else object_from(kwargs[name])
     metrics = MetricsCallback(context)
     kwargs["callbacks"] = [*kwargs.get("callbacks", []), metrics]
     stops = kwargs.get("stop_callbacks")

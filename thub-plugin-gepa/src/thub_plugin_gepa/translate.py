@@ -39,7 +39,8 @@ def translate(algorithm: str, params: Any) -> dict[str, Any]:
         optimize["batch_sampler"] = "epoch_shuffled"  # gepa's own name, not an import string
     optimize["seed_candidate"] = dict(params["seed_candidate"])
     # Training Hub: the reflection model defaults to the task model
-    optimize["reflection_lm"] = params["reflection_lm"] or params["task_lm"]
+    reflection_lm = params["reflection_lm"]
+    optimize["reflection_lm"] = reflection_lm or params["task_lm"]
     optimize["seed"] = params["seed"]
     optimize["run_dir"] = params["run_dir"] or f"{out}/gepa/state"
     if params["use_mlflow"]:
