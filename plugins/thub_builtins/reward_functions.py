@@ -12,18 +12,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from thub.rewards import completion_text  # the one reading of a completion's text (re-exported)
+
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*(?:\.\d+)?(?:/\d+)?")
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
-
-
-def completion_text(completion: Any) -> str:
-    """The text of one completion, plain or conversational."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
-        return str(completion[-1].get("content") or "")
-    return str(completion)
 
 
 def _normalise(text: str) -> str:

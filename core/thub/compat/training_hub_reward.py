@@ -64,7 +64,7 @@ def score_batch(score: Callable[..., Any], prompts: Sequence[Any], completions: 
     ``data_source`` column or ``"custom"``, and (when ``score`` takes it) ``extra_info``: the
     row's index in the batch, its prompt and its other columns. A None score stays None (TRL: not
     counted)."""
-    from thub_builtins.reward_functions import completion_text
+    from thub.rewards import completion_text
 
     truths = list(ground_truth) if ground_truth is not None else [""] * len(completions)
     rows = {key: list(values) for key, values in columns.items() if key not in _TRAINER_KEYWORDS
