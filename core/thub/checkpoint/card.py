@@ -52,8 +52,12 @@ def count_rows(path: Path) -> int | None:
 
             return int(pq.ParquetFile(path).metadata.num_rows)
         if suffix in (".csv", ".tsv"):
-            with path.open("rb") as handle:
-                return max(0, sum(1 for line in handle if line.strip()) - 1)
+            import csv
+
+            # records, not lines: a quoted cell may hold newlines (thub's CSV reader reads them so)
+            with path.open(newline="", encoding="utf-8-sig") as handle:
+                reader = csv.reader(handle, delimiter="\t" if suffix == ".tsv" else ",")
+                return max(0, sum(1 for record in reader if any(cell.strip() for cell in record)) - 1)
     except (OSError, ValueError, ImportError):
         return None
     return None
@@ -70,11 +74,18 @@ def data_files(record: dict[str, Any], parameters: dict[str, Any]) -> list[dict[
     if not paths and parameters.get("data_path"):
         value = parameters["data_path"]
         paths = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    from thub.data.hub import is_dataset_id
+
+    launched = record.get("working_dir") if isinstance(record.get("working_dir"), str) else None
     found = []
     for name in paths:
         path = Path(name)
+        if not path.is_absolute() and not path.exists() and launched:
+            path = Path(launched) / name  # relative to where training ran (thub_run.json working_dir)
         if path.is_file():
             found.append({"path": name, "rows": count_rows(path), "sha256": sha256_file(path), "exists": True})
+        elif is_dataset_id(name):  # a Hugging Face dataset read from the hub or its cache: no file to hash
+            found.append({"path": name, "rows": None, "sha256": None, "exists": False, "dataset": True})
         else:
             found.append({"path": name, "rows": None, "sha256": None, "exists": False})
     return found
@@ -199,7 +210,8 @@ def render(facts: dict[str, Any], plot: str | None = None) -> str:
                     [[p["name"], p["value"], p["source"]] for p in facts.get("parameters") or []])
     lines += ["", "## Data", ""]
     missing = "(not found from the folder push ran in)"
-    rows = [[d["path"], "-" if d["rows"] is None else d["rows"], d["sha256"] or missing]
+    rows = [[d["path"], "-" if d["rows"] is None else d["rows"],
+             d["sha256"] or ("(a Hugging Face dataset: no file to hash)" if d.get("dataset") else missing)]
             for d in facts.get("data") or []]
     lines += _table(["file", "rows", "sha256 of the file"], rows) if rows else ["No data file recorded."]
     if facts.get("validated_rows") is not None:
