@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "hookimpl", "train", "dry_run", "sft", "osft", "lora_sft", "grpo", "lora_grpo",
-           "embedding_sft", "evaluate_model", "TrainingHubCallback", "TrainingHubContext", "TrainingHubControl"]
+           "embedding_sft", "gepa", "evaluate_model", "TrainingHubCallback", "TrainingHubContext", "TrainingHubControl"]
 
-_API = {"train", "sft", "osft", "lora_sft", "grpo", "lora_grpo", "embedding_sft", "dry_run", "evaluate_model"}
+_API = {"train", "sft", "osft", "lora_sft", "grpo", "lora_grpo", "embedding_sft", "gepa", "dry_run", "evaluate_model"}
 # Training Hub's callback classes, so `from training_hub import ...` lines move over as is
 _TRAINING_HUB = {"TrainingHubCallback", "TrainingHubContext", "TrainingHubControl"}
 
 if TYPE_CHECKING:
-    from thub.api import dry_run, embedding_sft, evaluate_model, grpo, lora_grpo, lora_sft, osft, sft, train
+    from thub.api import dry_run, embedding_sft, evaluate_model, gepa, grpo, lora_grpo, lora_sft, osft, sft, train
     from thub.hookspecs import hookimpl
 
 

@@ -166,6 +166,22 @@ def embedding_sft(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return _training_hub_call("embedding_sft", args, kwargs)
 
 
+#: Training Hub 0.11.2's ``gepa(...)`` positional order (its signature; thub's parameter names are its names)
+GEPA_POSITIONAL = ("seed_candidate", "task_lm", "data_path", "trainset", "valset", "output_dir", "backend")
+
+
+def gepa(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``train("gepa", ...)``: gradient-free prompt optimisation (Training Hub's ``gepa`` arguments, its
+    positional order too; thub-plugin-gepa registers it, and its parameter names are Training Hub's)."""
+    if len(args) > len(GEPA_POSITIONAL):
+        raise TypeError(f"gepa() takes {len(GEPA_POSITIONAL)} positional arguments but {len(args)} were given")
+    for name, value in zip(GEPA_POSITIONAL, args):
+        if name in kwargs:
+            raise TypeError(f"gepa() got multiple values for argument {name!r}")
+        kwargs[name] = value
+    return train("gepa", **kwargs)
+
+
 def evaluate_model(model_or_run: str | Path, tasks: str | list[str], *, base: bool = False,
                    checkpoints: str = "final", evaluator: str | None = None, limit: int | None = None,
                    batch_size: int = 1, device: str | None = None, options: dict[str, Any] | None = None,
