@@ -197,6 +197,26 @@ def test_lora_example_parameter_set_on_trl(tmp_path: Path) -> None:
     assert params["save_total_limit"]["value"] == 3 and plan["translation"]["config"]["save_total_limit"] == 3
 
 
+def test_lora_sft_keeps_three_checkpoints_unless_told_as_in_training_hub(thub_cli, tmp_path: Path) -> None:
+    """Training Hub's lora_sft passes save_total_limit=params.get('save_total_limit', 3) to its trainer
+    (lora.py): left out, three checkpoints are kept; thub's own default (keep all) applies to thub's names."""
+    if "save_total_limit', 3)" not in (_wheel() / MODULES["lora_sft"]).read_text():
+        pytest.fail("Training Hub's lora_sft no longer defaults save_total_limit to 3: update FUNCTION_KWARG_DEFAULTS")
+    def plan(*extra: str) -> dict[str, Any]:  # Training Hub's convention: its command line (thub.lora_sft too)
+        done = thub_cli("lora-sft", "--backend", "trl", "--model-path", "m", "--data-path", DATA,
+                        "--ckpt-output-dir", str(tmp_path / "run"), *extra, "--dry-run", "--json")
+        assert done.exit_code == 0, done.stderr
+        return done.json()
+
+    limit = plan()["parameters"]["save_total_limit"]
+    assert limit["value"] == 3 and limit["source"] == "training-hub default save_total_limit=3 (lora_sft on trl)"
+    assert plan()["translation"]["config"]["save_total_limit"] == 3
+    assert plan("--save-total-limit", "1")["parameters"]["save_total_limit"]["value"] == 1
+    # thub's own convention keeps thub's default: every checkpoint
+    assert dry("lora_sft", backend="trl", model_path="m", data_path=DATA,
+               ckpt_output_dir=str(tmp_path / "own"))["parameters"]["save_total_limit"]["value"] is None
+
+
 def test_micro_batch_and_accumulation_give_the_effective_batch(tmp_path: Path) -> None:
     base = {"backend": "trl", "model_path": "m", "data_path": DATA, "ckpt_output_dir": str(tmp_path)}
     assert dry("lora_sft", **base, micro_batch_size=2, gradient_accumulation_steps=4, nproc_per_node=2)[

@@ -18,6 +18,7 @@ from thub.compat.training_hub_rules import (
     BACKEND_READS,
     DEFAULT_BACKEND,
     DR_GRPO_OFF_KL,
+    FUNCTION_KWARG_DEFAULTS,
     FUNCTIONS,
     HUB_DATA_REFUSAL,
     OSFT_MAX_STEPS,
@@ -188,15 +189,16 @@ def signature_defaults(registry: Any, algorithm: str, backend: str | None, param
     never over a ``THUB_*`` variable). Mutates ``params``; returns the sources to show."""
     from thub.selection import choose_backend
 
-    defaults = SIGNATURE_DEFAULTS.get(algorithm)
-    if not defaults:
+    defaults = SIGNATURE_DEFAULTS.get(algorithm, {})
+    always = FUNCTION_KWARG_DEFAULTS.get(algorithm, {})
+    if not defaults and not always:
         return {}
     spec = registry.backend(backend) if backend else choose_backend(registry, algorithm, None)[0]
     honoured = spec.honours(algorithm)
     fields = registry.algorithm(algorithm).load_parameters().model_fields
     sources = {}
     read = BACKEND_READS.get(spec.name, frozenset()) & set(defaults)
-    applied = {name: defaults[name] for name in read}
+    applied = {name: defaults[name] for name in read} | always
     if params.get("reward_fn") is None:  # with a reward_fn, Training Hub's verl scores with it ('custom')
         applied |= BACKEND_KWARG_DEFAULTS.get(spec.name, {})
     for name, value in sorted(applied.items()):

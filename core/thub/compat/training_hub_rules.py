@@ -133,6 +133,10 @@ BACKEND_READS: dict[str, frozenset[str]] = {
 # ``**kwargs`` defaults a Training Hub backend applies itself (``algorithm_params.get(name, default)``):
 # its verl backend scores with its tool_call reward unless told otherwise (lora_grpo_verl.py).
 BACKEND_KWARG_DEFAULTS: dict[str, dict[str, Any]] = {"verl": {"reward_type": "tool_call"}}
+# ``**kwargs`` defaults a Training Hub *function* applies whatever thub backend runs it: its lora_sft
+# keeps 3 checkpoints (``save_total_limit=params.get('save_total_limit', 3)``, lora.py), where
+# thub's own default keeps every one.
+FUNCTION_KWARG_DEFAULTS: dict[str, dict[str, Any]] = {"lora_sft": {"save_total_limit": 3}}
 # use_dr_grpo=False on Training Hub's verl backend is GRPO with a KL loss: use_kl_loss=True,
 # kl_loss_coef=0.01, kl_loss_type=low_var_kl (lora_grpo_verl.py); thub's beta (verl: kl_loss_coef,
 # low_var_kl) gives the same.
