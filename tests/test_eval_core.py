@@ -215,7 +215,7 @@ def test_tuned_beats_base_on_what_it_memorised_results_stay_with_the_run(evaluat
     assert final["arguments"] == {"limit": None, "chat": True} and final["evaluated_at"]
     assert final["model_path"] == str(run / "final") and final["higher_is_better"]["perplexity"] is False
     # the request was the run's serving settings
-    request = json.loads((run / "eval" / "work" / "final" / "request.json").read_text())
+    request = json.loads((run / "eval" / "harness" / "final" / "request.json").read_text())
     assert request["max_seq_len"] == 96 and request["apply_chat_template"] is True
     assert request["generation_config"] == str(run / "final" / "generation_config.json")
     summary = json.loads((run / "result.json").read_text())["eval"]["tasks"]

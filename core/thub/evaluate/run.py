@@ -40,7 +40,7 @@ class EvalPlan:
 
     def request(self, model: EvalModel) -> EvalRequest:
         """The :class:`EvalRequest` for one model."""
-        work = self.eval_dir / "work" / model.label if self.eval_dir else None
+        work = self.eval_dir / "harness" / model.label if self.eval_dir else None
         return EvalRequest(model_path=model.model_path, label=model.label, tasks=self.tasks,
                            apply_chat_template=model.apply_chat_template, max_seq_len=model.max_seq_len,
                            generation_config=model.generation_config, batch_size=self.batch_size,
