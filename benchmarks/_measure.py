@@ -52,3 +52,66 @@ def thub_trl_sft(model: str, data: str, out: str, steps: int) -> list[str]:
             "--ckpt-output-dir", out, "--max-steps", str(steps), "--effective-batch-size", "8",
             "--learning-rate", "5e-3", "--max-seq-len", "128", "--no-save-final-checkpoint",
             "--no-gradient-checkpointing"]  # as the bare script (TRL's default is on)
+
+
+def phase_probe(patches: dict[str, list[tuple[str, str, str]]]) -> str:
+    """The text of a ``sitecustomize.py`` that stamps wall-clock phases of a process into
+    ``$THUB_PHASE_LOG`` (one JSON line per stamp: pid, phase, time, argv): the interpreter's start,
+    then ``label:start``/``label:end`` around each patched callable. ``patches``: module name ->
+    ``(object, attribute, label)``, ``object`` a dotted path inside the module ("" for the module
+    itself); a module is patched right after it is imported (a meta-path finder that defers to the rest),
+    so the probe changes nothing but the stamps. Inactive without ``$THUB_PHASE_LOG``."""
+    return textwrap.dedent('''
+        """Benchmark probe: wall-clock stamps of this process's phases, appended to $THUB_PHASE_LOG."""
+        import json, os, sys, time
+
+        _LOG = os.environ.get("THUB_PHASE_LOG")
+        _T0 = time.time()
+        _PATCHES = %r
+
+        def stamp(name, at=None):
+            with open(_LOG, "a") as handle:
+                handle.write(json.dumps({"pid": os.getpid(), "phase": name, "t": time.time() if at is None else at,
+                                         "argv": sys.argv[:3]}) + "\\n")
+
+        def _wrap(owner, attribute, label):
+            original = getattr(owner, attribute)
+
+            def wrapped(*args, **kwargs):
+                stamp(label + ":start")
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    stamp(label + ":end")
+
+            setattr(owner, attribute, wrapped)
+
+        class _After:
+            def find_spec(self, name, path=None, target=None):
+                if name not in _PATCHES:
+                    return None
+                sys.meta_path.remove(self)
+                try:
+                    import importlib.util
+                    spec = importlib.util.find_spec(name)
+                finally:
+                    sys.meta_path.insert(0, self)
+                if spec is None or spec.loader is None:
+                    return spec
+                exec_module = spec.loader.exec_module
+
+                def patched(module, exec_module=exec_module):
+                    exec_module(module)
+                    for owner, attribute, label in _PATCHES[name]:
+                        target = module
+                        for part in filter(None, owner.split(".")):
+                            target = getattr(target, part)
+                        _wrap(target, attribute, label)
+
+                spec.loader.exec_module = patched
+                return spec
+
+        if _LOG:
+            stamp("interpreter", _T0)
+            sys.meta_path.insert(0, _After())
+    ''') % (patches,)

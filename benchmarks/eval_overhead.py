@@ -31,68 +31,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from _measure import phase_probe  # noqa: E402
 
-PROBE = textwrap.dedent('''
-    """Benchmark probe: wall-clock stamps of lm-eval's phases, appended to $THUB_PHASE_LOG."""
-    import json, os, sys, time
-
-    _LOG = os.environ.get("THUB_PHASE_LOG")
-    _T0 = time.time()
-
-    def stamp(name, at=None):
-        with open(_LOG, "a") as handle:
-            handle.write(json.dumps({"pid": os.getpid(), "phase": name,
-                                     "t": time.time() if at is None else at}) + "\\n")
-
-    def _wrap(owner, attribute, label):
-        original = getattr(owner, attribute)
-
-        def wrapped(*args, **kwargs):
-            stamp(label + ":start")
-            try:
-                return original(*args, **kwargs)
-            finally:
-                stamp(label + ":end")
-
-        setattr(owner, attribute, wrapped)
-
-    _PATCHES = ("lm_eval.evaluator", "lm_eval.models.huggingface")
-
-    class _After:
-        """Patches a module right after it is imported (a meta-path finder that defers to the rest)."""
-
-        def find_spec(self, name, path=None, target=None):
-            if name not in _PATCHES:
-                return None
-            sys.meta_path.remove(self)
-            try:
-                import importlib.util
-                spec = importlib.util.find_spec(name)
-            finally:
-                sys.meta_path.insert(0, self)
-            if spec is None or spec.loader is None:
-                return spec
-            exec_module = spec.loader.exec_module
-
-            def patched(module, exec_module=exec_module):
-                exec_module(module)
-                if name == "lm_eval.evaluator":
-                    _wrap(module, "simple_evaluate", "evaluate")
-                else:
-                    _wrap(module.HFLM, "__init__", "model")
-
-            spec.loader.exec_module = patched
-            return spec
-
-    if _LOG:
-        stamp("interpreter", _T0)
-        sys.meta_path.insert(0, _After())
-''')
+PROBE = phase_probe({"lm_eval.evaluator": [("", "simple_evaluate", "evaluate")],
+                     "lm_eval.models.huggingface": [("HFLM", "__init__", "model")]})
 
 PHASES = ("start-up", "model load", "evaluation", "end")
 

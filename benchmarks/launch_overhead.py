@@ -28,76 +28,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _measure import BARE_TRL_SFT, thub_trl_sft  # noqa: E402
+from _measure import BARE_TRL_SFT, phase_probe, thub_trl_sft  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PROBE = textwrap.dedent('''
-    """Benchmark probe: wall-clock stamps of this process's phases, appended to $THUB_PHASE_LOG."""
-    import json, os, sys, time
-
-    _LOG = os.environ.get("THUB_PHASE_LOG")
-    _T0 = time.time()
-
-    def stamp(name, at=None):
-        with open(_LOG, "a") as handle:
-            handle.write(json.dumps({"pid": os.getpid(), "phase": name, "t": time.time() if at is None else at,
-                                     "argv": sys.argv[:3]}) + "\\n")
-
-    def _wrap(module, attribute, label):
-        original = getattr(module, attribute)
-
-        def wrapped(*args, **kwargs):
-            stamp(label + ":start")
-            try:
-                return original(*args, **kwargs)
-            finally:
-                stamp(label + ":end")
-
-        setattr(module, attribute, wrapped)
-
-    _PATCHES = {
-        "thub.runner.supervisor": [("_plan", "validate"), ("_preflight", "preflight"),
-                                   ("supervise", "supervise")],
-        "transformers.trainer": [],
-    }
-
-    class _After:
-        """Patches a module right after it is imported (a meta-path finder that defers to the rest)."""
-
-        def find_spec(self, name, path=None, target=None):
-            if name not in _PATCHES:
-                return None
-            sys.meta_path.remove(self)
-            try:
-                import importlib.util
-                spec = importlib.util.find_spec(name)
-            finally:
-                sys.meta_path.insert(0, self)
-            if spec is None or spec.loader is None:
-                return spec
-            loader = spec.loader
-            exec_module = loader.exec_module
-
-            def patched(module, exec_module=exec_module):
-                exec_module(module)
-                if name == "transformers.trainer":
-                    _wrap(module.Trainer, "train", "train")
-                for attribute, label in _PATCHES[name]:
-                    _wrap(module, attribute, label)
-
-            loader.exec_module = patched
-            return spec
-
-    if _LOG:
-        stamp("interpreter", _T0)
-        sys.meta_path.insert(0, _After())
-''')
+PROBE = phase_probe({"thub.runner.supervisor": [("", "_plan", "validate"), ("", "_preflight", "preflight"),
+                                                ("", "supervise", "supervise")],
+                     "transformers.trainer": [("Trainer", "train", "train")]})
 
 BARE = BARE_TRL_SFT + "trainer.train()\n"
 
