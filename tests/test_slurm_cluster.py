@@ -121,17 +121,18 @@ def _all_ended(out: Path, env: dict[str, str]) -> list[dict]:
 
 def test_time_limit_then_restart_chain_resumes_to_completion(slurm_env: dict[str, str], tiny_model: Path,
                                                              demo_data: Path, tmp_path: Path) -> None:
-    # In the chain's first attempt each step sleeps 1.5 s (a sitecustomize in the training child), so
-    # its 100 steps cannot fit in the 1-minute limit, which SLURM enforces within ~30 s (+ KillWait):
-    # it ends TIMEOUT after a checkpoint on SIGTERM. Later attempts run at full speed; how many of
-    # them the remaining steps take depends on the machine (one when idle, more under load), so the
-    # chain has 4 restarts and the test asserts what holds for any number of attempts: the last one
-    # succeeded, every earlier one timed out, each resumed from the newest checkpoint and continued
-    # at the next step, and the run's metrics hold each of the 100 steps exactly once.
+    # In the chain's first attempt each step sleeps 1.5 s (THUB_TEST_STEP_SLEEP, which a sitecustomize
+    # in the training child keeps for the first attempt only), so its 100 steps cannot fit in the
+    # 1-minute limit, which SLURM enforces within ~30 s (+ KillWait): it ends TIMEOUT after a checkpoint
+    # on SIGTERM. Later attempts run at full speed; how many of them the remaining steps take depends
+    # on the machine (one when idle, more under load), so the chain has 4 restarts and the test asserts
+    # what holds for any number of attempts: the last one succeeded, every earlier one timed out, each
+    # resumed from the newest checkpoint and continued at the next step, and the run's metrics hold each
+    # of the 100 steps exactly once.
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(
-        "import os, time\n"
+        "import os\n"
         "run = os.environ.get('THUB_RUN_DIR')\n"
         "if run and os.environ.get('THUB_TEST_STEP_SLEEP'):\n"
         "    try:\n"
@@ -139,13 +140,8 @@ def test_time_limit_then_restart_chain_resumes_to_completion(slurm_env: dict[str
         "            first_attempt = len(attempts.read().splitlines()) == 1\n"
         "    except OSError:\n"
         "        first_attempt = False\n"
-        "    if first_attempt:\n"
-        "        from thub.runner import metrics\n"
-        "        _log = metrics.MetricsWriter.log\n"
-        "        def log(self, *a, **k):\n"
-        "            time.sleep(float(os.environ['THUB_TEST_STEP_SLEEP']))\n"
-        "            return _log(self, *a, **k)\n"
-        "        metrics.MetricsWriter.log = log\n")
+        "    if not first_attempt:\n"
+        "        del os.environ['THUB_TEST_STEP_SLEEP']\n")
     env = {**slurm_env, "PYTHONPATH": str(hooks), "THUB_TEST_STEP_SLEEP": "1.5"}
     out = tmp_path / "chain"
     job_ids = submit(tiny_model, demo_data / "chat.jsonl", out, env, "--max-steps", "100", "--save-steps", "20",

@@ -5,11 +5,9 @@ of the tiny model through ``thub train``, SIGTERM -> checkpoint -> ``--resume``.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import yaml
 from thub.config.resolve import resolve
 from thub.manager import load_registry
 from thub.runner.metrics import read_metrics
+from thub.testing.interrupt import sigterm_then_resume
 
 pytestmark = [pytest.mark.slow, pytest.mark.install]
 
@@ -167,28 +166,10 @@ def test_sigterm_checkpoints_and_resume_continues(lf_env: dict, tiny_model: Path
                                                   algorithm: str) -> None:
     out = tmp_path / "resume"
     data = demo_data / "chat.jsonl" if algorithm == "sft" else preference_files["dpo"]
-    args = ["train", algorithm, *common(tiny_model, data, out), "--max-steps", "80", "--effective-batch-size", "2"]
-    process = subprocess.Popen([sys.executable, "-m", "thub", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=lf_env["environ"])
-    deadline = time.time() + 300
-    while len(read_metrics(out / "training_metrics.jsonl")) < 5:
-        assert process.poll() is None, process.stderr.read() if process.stderr else ""
-        assert time.time() < deadline, "no progress"
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _stdout, stderr = process.communicate(timeout=300)
-    assert process.returncode == 130, stderr[-4000:]
-    result = json.loads((out / "result.json").read_text())
-    assert result["status"] == "interrupted", result
-    stopped_at = read_metrics(out / "training_metrics.jsonl")[-1]["step"]
-    assert stopped_at < 80
-    assert result["final_checkpoint"] == str(out / "checkpoints" / f"checkpoint-{stopped_at}")
-
-    resumed = thub(lf_env, *args, "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
-    lines = read_metrics(out / "training_metrics.jsonl")
-    assert [line["step"] for line in lines] == list(range(1, 81))
-    assert json.loads((out / "thub_run.json").read_text())["resume_from"].endswith(f"checkpoint-{stopped_at}")
+    steps = 20
+    args = ["train", algorithm, *common(tiny_model, data, out), "--max-steps", str(steps),
+            "--effective-batch-size", "2"]
+    sigterm_then_resume(args, out, steps=steps, environ=lf_env["environ"])
 
 
 def test_mask_comparison_with_thub_on_the_demo_data(lf_env: dict, tiny_model: Path, demo_data: Path) -> None:

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from thub.runner.metrics import read_metrics
+from thub.testing.interrupt import sigterm_then_resume
 
 pytestmark = pytest.mark.slow
 
@@ -76,31 +75,10 @@ def test_each_loss_trains_and_reports_held_out_triplet_accuracy(loss: str, tiny_
 
 def test_sigterm_checkpoints_and_resume_continues(tiny_embedder: Path, labelled: Path, tmp_path: Path) -> None:
     out = tmp_path / "resume"
-    steps = 120
+    steps = 20
     args = ["train", "embedding_sft", *common(tiny_embedder, labelled, out), "--max-steps", str(steps)]
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
-    process = subprocess.Popen([sys.executable, "-m", "thub", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=environ)
-    deadline = time.time() + 600  # a hang guard only
-    while len(read_metrics(out / "training_metrics.jsonl")) < 3:
-        assert process.poll() is None, process.stderr.read() if process.stderr else ""
-        assert time.time() < deadline, "no progress"
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _stdout, stderr = process.communicate(timeout=300)
-    assert process.returncode == 130, stderr
-    result = finished(out, status="interrupted")
-    stopped_at = read_metrics(out / "training_metrics.jsonl")[-1]["step"]
-    assert stopped_at < steps
-    assert result["final_checkpoint"] == str(out / "checkpoints" / f"checkpoint-{stopped_at}")
-    assert "--resume" in stderr
-
-    resumed = thub(*args, "--resume")
-    assert resumed.returncode == 0, resumed.stderr
+    sigterm_then_resume(args, out, steps=steps, after=3)
     finished(out)
-    lines = read_metrics(out / "training_metrics.jsonl")
-    assert len(lines) == steps and lines[-1]["step"] == steps
-    assert json.loads((out / "thub_run.json").read_text())["resume_from"].endswith(f"checkpoint-{stopped_at}")
 
 
 def test_bad_rows_exit_2_with_file_and_line(tiny_embedder: Path, tmp_path: Path) -> None:

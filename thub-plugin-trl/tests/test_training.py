@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import pytest
 from thub.config.resolve import resolve
 from thub.manager import load_registry
 from thub.runner.metrics import read_metrics
+from thub.testing.interrupt import sigterm_then_resume
 
 pytestmark = pytest.mark.slow
 
@@ -174,19 +173,7 @@ def test_grpo_with_builtin_reward(algorithm: str, tiny_model: Path, demo_data: P
     assert_finished_run(out, reward=True)
 
 
-def _wait_for_steps(path: Path, steps: int, process: subprocess.Popen[str], timeout: float = 600) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if len(read_metrics(path)) >= steps:
-            return
-        if process.poll() is not None:
-            raise AssertionError(f"run ended early: {process.stderr.read() if process.stderr else ''}")
-        time.sleep(0.05)
-    raise AssertionError("no progress")
-
-
-# a preference step runs the policy and the reference model: fewer steps are as many seconds
-@pytest.mark.parametrize(("algorithm", "steps"), [("sft", 150), ("dpo", 40), ("kto", 40)])
+@pytest.mark.parametrize(("algorithm", "steps"), [("sft", 30), ("dpo", 15), ("kto", 15)])
 def test_sigterm_checkpoints_and_resume_continues_without_gaps(algorithm: str, steps: int, tiny_model: Path,
                                                                demo_data: Path, preference_files: dict[str, Path],
                                                                tmp_path: Path) -> None:
@@ -194,25 +181,8 @@ def test_sigterm_checkpoints_and_resume_continues_without_gaps(algorithm: str, s
     data = demo_data / "chat.jsonl" if algorithm == "sft" else preference_files[algorithm]
     args = ["train", algorithm, *common(tiny_model, data, out), "--max-steps", str(steps),
             "--effective-batch-size", "2"]
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("THUB_")}
-    process = subprocess.Popen([sys.executable, "-m", "thub", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=environ)
-    _wait_for_steps(out / "training_metrics.jsonl", 5, process)
-    process.send_signal(signal.SIGTERM)
-    _stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
-    result = assert_finished_run(out, status="interrupted")
-    stopped_at = read_metrics(out / "training_metrics.jsonl")[-1]["step"]
-    assert stopped_at < steps
-    assert result["final_checkpoint"] == str(out / "checkpoints" / f"checkpoint-{stopped_at}")
-    assert "--resume" in stderr
-
-    resumed = thub(*args, "--resume")
-    assert resumed.returncode == 0, resumed.stderr
-    assert_finished_run(out)  # steps 1..steps, each exactly once
-    lines = read_metrics(out / "training_metrics.jsonl")
-    assert len(lines) == steps and lines[-1]["step"] == steps
-    assert json.loads((out / "thub_run.json").read_text())["resume_from"].endswith(f"checkpoint-{stopped_at}")
+    sigterm_then_resume(args, out, steps=steps)
+    assert_finished_run(out)  # every line has the unified fields, from trl
 
 
 def test_crash_reports_failed_with_root_cause(tiny_model: Path, demo_data: Path, tmp_path: Path) -> None:
