@@ -99,7 +99,7 @@ def test_no_evaluator_is_exit_2_with_the_install_command(thub_plugin: Any, thub_
     thub_plugin(entry_points=False)
     done = thub_cli("eval", str(sft_run), "--tasks", str(data / "memorised.jsonl"))
     assert done.exit_code == 2
-    assert "no evaluator is installed" in done.stderr and "pip install -e thub-plugin-lmeval" in done.stderr
+    assert "no evaluator is installed" in done.stderr and "`thub install lmeval`" in done.stderr
     assert "Traceback" not in done.stderr
 
 

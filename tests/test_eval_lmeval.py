@@ -19,7 +19,7 @@ import pytest
 pytestmark = [
     pytest.mark.slow, pytest.mark.needs_backend("trl"),
     pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None,
-                       reason="lm_eval is not importable: pip install -e thub-plugin-lmeval"),
+                       reason="lm_eval is not importable: thub install lmeval"),
 ]
 
 ROWS = [("Say the secret word.", "Zanzibar quokka."), ("What is the code?", "Seven seven marmot."),
@@ -49,7 +49,7 @@ def test_tuned_beats_base_on_its_prompts_through_lm_eval(tiny_model: Path, tmp_p
     evaluators = _thub("evaluators", "--json")
     assert evaluators.returncode == 0, evaluators.stderr
     if "lmeval" not in {e["name"] for e in json.loads(evaluators.stdout)["evaluators"]}:
-        pytest.skip("the lmeval evaluator is not registered: pip install -e thub-plugin-lmeval")
+        pytest.skip("the lmeval evaluator is not registered: thub install lmeval")
     train = _jsonl(tmp_path / "train.jsonl", [{"messages": [{"role": "user", "content": p},
                                                             {"role": "assistant", "content": a}]} for p, a in ROWS])
     memorised = _jsonl(tmp_path / "memorised.jsonl", [{"prompt": p, "answer": a} for p, a in ROWS])

@@ -192,3 +192,20 @@ def test_doctor_check_reports_missing_interpreter(tmp_path: Path, monkeypatch: p
     result = check_managed_envs(CheckContext())
     assert result.status == "fail" and "interpreter" in result.details[0] and "--force" in (result.fix or "")
     assert [m.name for m in list_manifests()] == ["echo"]
+
+
+def test_the_evaluator_installs_into_thubs_own_environment_only(tmp_path: Path) -> None:
+    """``thub install lmeval``: the catalog's evaluator entry, installed where ``thub eval`` imports it."""
+    from thub.evaluate.evaluators import install_hint
+
+    done = thub("install", "lmeval", "--into", "current", "--dry-run", "--json", data_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["plans"][0]["sources"] == [str(ROOT / "thub-plugin-lmeval")]
+    gpu = thub("install", "lmeval", "--into", "current", "--gpu", "--dry-run", "--json", data_dir=tmp_path)
+    assert json.loads(gpu.stdout)["plans"][0]["sources"] == [f"{ROOT / 'thub-plugin-lmeval'}[vllm]"]
+    managed = thub("install", "lmeval", "--into", "managed", "--dry-run", data_dir=tmp_path)
+    assert managed.returncode == 2 and "lmeval is an evaluator" in managed.stderr, managed.stderr
+    assert "Traceback" not in managed.stderr
+    assert install_hint() == "thub install lmeval"
+    listing = json.loads(thub("backends", "--json", data_dir=tmp_path).stdout)
+    assert "lmeval" not in json.dumps(listing.get("installable", listing)), "an evaluator is not a backend"

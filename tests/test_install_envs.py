@@ -286,7 +286,9 @@ def test_doctor_check_matches_manifests(trl_env: dict, minitrainer_env: dict, pi
 def test_gpu_less_resolve_pulls_no_cuda_torch(folder: Path, tmp_path: Path) -> None:
     if TORCH is None:
         pytest.skip("no torch beside thub to pin")
-    done = thub("install", str(folder), "--into", "managed", "--torch", TORCH, "--dry-run", "--resolve", "--json",
+    # the evaluator goes into thub's own environment only (thub install refuses a managed one for it)
+    into = "current" if folder.name == "thub-plugin-lmeval" else "managed"
+    done = thub("install", str(folder), "--into", into, "--torch", TORCH, "--dry-run", "--resolve", "--json",
                 data_dir=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     resolved = json.loads(done.stdout)["plans"][0]["resolve"]

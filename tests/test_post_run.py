@@ -49,7 +49,7 @@ def test_export_then_eval_then_push_after_a_local_run(thub: Any, tiny_model: Pat
     merged export folder is scored (base too) into RUN_DIR/eval and pushed with its card."""
     listed = thub("evaluators", "--json")
     if "lmeval" not in {e["name"] for e in json.loads(listed.stdout)["evaluators"]}:
-        pytest.skip("the lmeval evaluator is not registered: pip install -e thub-plugin-lmeval")
+        pytest.skip("the lmeval evaluator is not registered: thub install lmeval")
     hf, pushed, run = data / "hf", data / "pushed", data / "run"
     (data / "post.yaml").write_text("eval: [memorised.jsonl]\neval_base: true\n")
     done = _train(thub, "lora_sft", tiny_model, data, "--config", "post.yaml", "--export", str(hf), "--push",

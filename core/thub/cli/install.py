@@ -85,8 +85,10 @@ def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env
         already = [s for s in sources if installed_version(s.distribution)]
         if into == "auto" and len(already) == len(sources) and not force:
             for s in already:
+                elsewhere = "" if s.entry is not None and s.entry.kind == "evaluator" else (
+                    "; use --into managed for an environment of its own")
                 out.print(f"{s.distribution} {installed_version(s.distribution)} is already installed in the current "
-                          f"environment ({sys.executable}); use --into managed for an environment of its own.")
+                          f"environment ({sys.executable}){elsewhere}.")
             if as_json:
                 emit_json({"schema_version": JSON_SCHEMA_VERSION, "installed": [],
                            "already": [s.distribution for s in already]})
@@ -110,6 +112,11 @@ def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env
             target = "current"
             plans.append(plan)
     if target == "managed":
+        evaluators = [s.name for s in sources if s.entry is not None and s.entry.kind == "evaluator"]
+        if evaluators:  # thub eval imports the evaluator in its own process: one in another env is never found
+            raise UsageError(f"{', '.join(evaluators)} is an evaluator: it runs in thub's own environment "
+                             f"({sys.executable}), not a managed one"
+                             + (f"; it would conflict there:\n{_conflict_text(conflicts)}" if into == "auto" else ""))
         here = _current_backends()
         groups = [sources] if env_name else [[s] for s in sources]
         for group in groups:

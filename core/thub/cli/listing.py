@@ -123,7 +123,8 @@ def installable(registry: Any, algorithm: str | None) -> list[dict[str, Any]]:
     return [{"name": entry.name, "distribution": entry.distribution, "algorithms": sorted(entry.algorithms),
              "install": entry.install_command(gpu=cuda_visible())}
             for entry in CATALOG.values()
-            if entry.distribution not in here and (algorithm is None or algorithm in entry.algorithms)]
+            if entry.kind == "backend" and entry.distribution not in here
+            and (algorithm is None or algorithm in entry.algorithms)]
 
 
 @click.command()

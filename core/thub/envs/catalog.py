@@ -39,6 +39,9 @@ class PluginEntry:
     #: GPU extras that bring the training library itself (it pulls CUDA packages on every
     #: machine, so a GPU-less install asks for it by name with ``--extra``).
     library_extras: tuple[str, ...] = ()
+    #: ``backend`` (registers a training backend) or ``evaluator`` (registers a ``thub eval``
+    #: evaluator, which runs in thub's own environment: never a managed one)
+    kind: str = "backend"
 
     def install_command(self, *, into: str | None = None, gpu: bool = False) -> str:
         """The ``thub install`` command line that installs this backend with its library:
@@ -100,6 +103,9 @@ CATALOG: dict[str, PluginEntry] = {
         PluginEntry("sentence-transformers", "thub-plugin-sentence-transformers", "thub-plugin-sentence-transformers",
                     notes="sentence-transformers (embedding_sft: contrastive fine-tuning of embedding models); trains "
                           "on CPU or GPU", algorithms=("embedding_sft",)),
+        PluginEntry("lmeval", "thub-plugin-lmeval", "thub-plugin-lmeval", gpu_extras=("vllm",), kind="evaluator",
+                    notes="EleutherAI lm-evaluation-harness 0.4 for thub eval (HF model on CPU or GPU); [vllm] "
+                          "adds its vLLM model, GPU only"),
     )
 }
 ALIASES = {"minitrainer": "mini-trainer", "mini_trainer": "mini-trainer", "ilab": "instructlab",
@@ -255,8 +261,10 @@ def resolve_source(spec: str, extras: tuple[str, ...] = (), gpu: bool = False, *
         what = f"{spec!r} is not a plugin folder (no pyproject.toml)"
     else:
         what = f"unknown backend {spec!r}{hint}"
-    raise ValueError(f"{what}; thub installs the backends {', '.join(CATALOG)}, a plugin folder (./path), "
-                     "or any requirement given with --package 'SPEC'")
+    backends = ", ".join(name for name, entry in CATALOG.items() if entry.kind == "backend")
+    evaluators = ", ".join(name for name, entry in CATALOG.items() if entry.kind == "evaluator")
+    raise ValueError(f"{what}; thub installs the backends {backends}, the evaluator {evaluators}, "
+                     "a plugin folder (./path), or any requirement given with --package 'SPEC'")
 
 
 def _env_name(distribution: str) -> str:

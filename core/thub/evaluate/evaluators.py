@@ -17,11 +17,10 @@ LMEVAL_PLUGIN = "thub-plugin-lmeval"
 
 
 def install_hint() -> str:
-    """The command that installs thub's lm-evaluation-harness evaluator: ``thub install lmeval``
-    when the install catalog offers it, else the plugin's editable install from a checkout."""
+    """The command that installs thub's lm-evaluation-harness evaluator (its install catalog entry)."""
     from thub.envs.catalog import CATALOG
 
-    return "thub install lmeval" if "lmeval" in CATALOG else f"pip install -e {LMEVAL_PLUGIN}"
+    return CATALOG["lmeval"].install_command()
 
 
 def missing(spec: EvaluatorSpec) -> list[str]:

@@ -10,7 +10,7 @@ from thub.specs import EvaluatorSpec
 
 # The harness first: its version is what every result records (TaskScore.harness).
 REQUIREMENTS = ("lm-eval>=0.4.9,<0.5", "transformers>=4.56", "torch>=2.4", "accelerate>=0.26", "datasets>=2.16")
-INSTALL = "python -m pip install -e thub-plugin-lmeval 'lm-eval[hf]>=0.4.9,<0.5'   # [vllm] extra: GPU only"
+INSTALL = "thub install lmeval   # --gpu adds lm-eval's vLLM model"
 #: Local task files it reads: prompts/answers (or chat rows) as JSONL, a harness task YAML as-is.
 TASK_FILES = (".jsonl", ".yaml", ".yml")
 
