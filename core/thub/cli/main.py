@@ -244,14 +244,58 @@ def _interrupt(signum: int, _frame: Any) -> None:
     raise Interrupted(signum)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point."""
+_STOP_SIGNALS: list[Any] = []  # filled by install_signal_handlers (SIGINT, SIGTERM)
+_MASKS: list[Any] = []  # the forking thread's signal mask, kept across one os.fork()
+
+
+def _before_fork() -> None:
+    import signal
+
+    _MASKS.append(signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS))
+
+
+def _after_fork_in_parent() -> None:
+    import signal
+
+    if _MASKS:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _MASKS.pop())
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a library's ``multiprocessing.Pool`` worker) stops on SIGINT/SIGTERM as it
+    would without thub. The signals were blocked across the fork, so one sent at once (``Pool.terminate``
+    right after the pool started) waits in the kernel and ends the child here, with the default action;
+    with thub's Python handler inherited it could arrive before the interpreter's after-fork reset, be
+    cleared there and leave the child, and its parent's ``join``, waiting forever."""
+    import signal
+
+    try:
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+    finally:
+        if _MASKS:
+            signal.pthread_sigmask(signal.SIG_SETMASK, _MASKS.pop())
+
+
+def install_signal_handlers() -> None:
+    """SIGINT and SIGTERM stop thub like Ctrl-C (exit 130, files left whole); processes forked
+    from it get the default action back (:func:`_after_fork_in_child`)."""
     import os
     import signal
 
+    first = not _HANDLER_PID
     _HANDLER_PID[:] = [os.getpid()]
-    for signum in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops like Ctrl-C: exit 130, files left whole
+    _STOP_SIGNALS[:] = [signal.SIGINT, signal.SIGTERM]
+    for signum in _STOP_SIGNALS:
         signal.signal(signum, _interrupt)
+    if first:
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                            after_in_child=_after_fork_in_child)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    install_signal_handlers()
     try:
         if _train_help(sys.argv[1:] if argv is None else list(argv)):
             sys.exit(0)
