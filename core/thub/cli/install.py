@@ -85,8 +85,7 @@ def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env
         already = [s for s in sources if installed_version(s.distribution)]
         if into == "auto" and len(already) == len(sources) and not force:
             for s in already:
-                elsewhere = "" if s.entry is not None and s.entry.kind == "evaluator" else (
-                    "; use --into managed for an environment of its own")
+                elsewhere = "" if s.evaluator else "; use --into managed for an environment of its own"
                 out.print(f"{s.distribution} {installed_version(s.distribution)} is already installed in the current "
                           f"environment ({sys.executable}){elsewhere}.")
             if as_json:
@@ -112,7 +111,7 @@ def install(backends: tuple[str, ...], packages: tuple[str, ...], into: str, env
             target = "current"
             plans.append(plan)
     if target == "managed":
-        evaluators = [s.name for s in sources if s.entry is not None and s.entry.kind == "evaluator"]
+        evaluators = [s.name for s in sources if s.evaluator]
         if evaluators:  # thub eval imports the evaluator in its own process: one in another env is never found
             raise UsageError(f"{', '.join(evaluators)} is an evaluator: it runs in thub's own environment "
                              f"({sys.executable}), not a managed one"

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Literal
 from urllib.parse import unquote, urlparse
 
 
@@ -41,7 +42,7 @@ class PluginEntry:
     library_extras: tuple[str, ...] = ()
     #: ``backend`` (registers a training backend) or ``evaluator`` (registers a ``thub eval``
     #: evaluator, which runs in thub's own environment: never a managed one)
-    kind: str = "backend"
+    kind: Literal["backend", "evaluator"] = "backend"
 
     def install_command(self, *, into: str | None = None, gpu: bool = False) -> str:
         """The ``thub install`` command line that installs this backend with its library:
@@ -170,6 +171,11 @@ class Source:
     local: bool
     entry: PluginEntry | None = None
     extras: tuple[str, ...] = field(default=())
+
+    @property
+    def evaluator(self) -> bool:
+        """Whether this installs a ``thub eval`` evaluator (thub's own environment only)."""
+        return self.entry is not None and self.entry.kind == "evaluator"
 
     def argument(self) -> str:
         """The pip argument, extras included (``/path[extra]`` or ``name[extra]>=1``)."""
