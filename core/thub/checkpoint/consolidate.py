@@ -374,14 +374,19 @@ def source_state_dict(source: Path) -> dict[str, torch.Tensor]:
 
     reader = open_sharded(source)
     if isinstance(reader, DcpSource):
-        from torch.distributed.checkpoint import FileSystemReader
         from torch.distributed.checkpoint._nested_dict import flatten_state_dict
         from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
         from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
+        from thub.checkpoint.pickles import dcp_reader
+
+        class _TensorsOnly(_EmptyStateDictLoadPlanner):
+            # torch unpickles a non-tensor entry with weights_only=False; the comparison needs the weights only
+            def load_bytes(self, read_item: Any, value: Any) -> None:
+                pass
+
         state: dict[str, Any] = {}
-        _load_state_dict(state, storage_reader=FileSystemReader(str(reader.folder)),
-                         planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+        _load_state_dict(state, storage_reader=dcp_reader(reader.folder), planner=_TensorsOnly(), no_dist=True)
         flat, _mapping = flatten_state_dict(state)  # the keys .metadata names
         return {name: flat[entry.key] for name, entry in reader.weights()[0]}
     try:

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from thub.runner.checkpoints import INDEX_FILES, checkpoint_problem, saved_file_problem
+from thub.errors import UsageError
+from thub.runner.checkpoints import INDEX_FILES, checkpoint_problem, saved_file_problem, shard_name_problem
 
 #: layout id -> what it is (the ``layout`` field of every entry; docs/checkpoints.md lists them)
 LAYOUTS: dict[str, str] = {
@@ -110,10 +111,11 @@ def _index(folder: Path, prefix: str) -> tuple[Path, list[str] | None] | None:
 
 def weight_files(folder: Path, prefix: str = "model") -> list[Path]:
     """The weight files of an HF folder (``prefix`` ``model`` or ``adapter_model``): every shard
-    an index names, else the single file; [] when there is none."""
+    an index names, else the single file; [] when there is none. A shard named outside the folder
+    (an absolute or ``..`` path) is left out: never opened (:func:`_weights_problem` reports it)."""
     index = _index(folder, prefix)
     if index is not None:
-        return [folder / shard for shard in index[1] or []]
+        return [folder / shard for shard in index[1] or [] if shard_name_problem(shard) is None]
     return [folder / name for name in _single_files(prefix) if (folder / name).is_file()][:1]
 
 
@@ -161,6 +163,8 @@ def _weights_problem(folder: Path, prefix: str) -> str | None:
         if shards is None:
             return f"{index.name} is unreadable"
         for shard in shards:
+            if outside := shard_name_problem(shard):
+                return f"{index.name} names {shard!r}: {outside}"
             problem = saved_file_problem(folder / shard)
             if problem:
                 return f"weight shard {shard} named in {index.name} is missing" if problem.startswith("no ") \
@@ -266,14 +270,16 @@ def _deepspeed(root: Path, writer: str, step: int | None) -> Checkpoint:
 
 
 def _dcp(folder: Path, layout: str, writer: str, step: int | None) -> Checkpoint:
-    """A torch DCP folder: complete when ``.metadata`` reads and every file it names is there and long enough."""
+    """A torch DCP folder: complete when ``.metadata`` reads and every file it names is there and long enough.
+    ``.metadata`` is a pickle, read so that nothing in it runs (:mod:`thub.checkpoint.pickles`)."""
     problem, dtype = None, None
     details: dict[str, Any] = {}
     try:
-        from torch.distributed.checkpoint import FileSystemReader
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-        metadata = FileSystemReader(str(folder)).read_metadata()
+        from thub.checkpoint.pickles import RefusedPickle, load_dcp_metadata, refused_message
+
+        metadata = load_dcp_metadata(folder / ".metadata")
         ends: dict[str, int] = {}
         for info in (metadata.storage_data or {}).values():
             ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
@@ -292,8 +298,12 @@ def _dcp(folder: Path, layout: str, writer: str, step: int | None) -> Checkpoint
         details.update(files=len(ends), entries=len(metadata.state_dict_metadata))
     except ImportError:
         problem = "torch is not installed here: cannot read .metadata"
+    except RefusedPickle as refused:
+        problem = f".metadata {refused_message(refused.global_name)}"
     except Exception as exc:  # noqa: BLE001 - any unreadable metadata is a reason, not a crash
-        problem = f".metadata is unreadable ({type(exc).__name__}: {exc})"
+        reason = (str(exc).removeprefix(f"{folder / '.metadata'}: ") if isinstance(exc, UsageError)
+                  else f"{type(exc).__name__}: {exc}")
+        problem = f".metadata is unreadable ({reason})"
     return Checkpoint(str(folder), layout, writer, step, problem is None, problem, folder_size(folder), dtype, False,
                       details)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from thub.errors import UsageError
 
@@ -75,21 +75,13 @@ class DcpSource:
     """A torch DCP folder read with torch's own reader and planner."""
 
     def __init__(self, folder: Path, layout: str) -> None:
-        from torch.distributed.checkpoint import FileSystemReader
-
-        class _Reader(FileSystemReader):
-            # torch reads .metadata on every load; consolidate loads a few tensors at a time
-            _cached: Any = None
-
-            def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
-                if self._cached is None or kwargs.get("rank") is not None:
-                    self._cached = super().read_metadata(*args, **kwargs)
-                return self._cached
+        from thub.checkpoint.pickles import dcp_reader, load_dcp_metadata
 
         self.layout = layout
         self.folder = folder
-        self._reader = _Reader(str(folder))
-        self.metadata = self._reader.read_metadata()
+        # torch's reader, its .metadata read once and with nothing in the pickle run
+        self._reader = dcp_reader(folder)
+        self.metadata = load_dcp_metadata(folder / ".metadata")
 
     def weights(self) -> tuple[list[tuple[str, TensorEntry]], list[str]]:
         """The model's tensors: the ``model`` subtree where the state dict was nested (accelerate,

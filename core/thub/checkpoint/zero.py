@@ -58,6 +58,8 @@ def _load(path: Path) -> Any:
     by a stand-in (torch names one unsupported global per attempt; DeepSpeed pickles a few)."""
     import torch
 
+    from thub.checkpoint.pickles import RefusedPickle, archive_refusal
+
     stand_ins: list[Any] = [(_ZeroStage, "deepspeed.runtime.zero.config.ZeroStageEnum")]
     for _attempt in range(20):
         with torch.serialization.safe_globals(stand_ins):
@@ -65,6 +67,8 @@ def _load(path: Path) -> Any:
                 return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
             except Exception as exc:  # noqa: BLE001 - any unreadable file is a bad input, named
                 found = _UNSUPPORTED.search(str(exc))
+                if found is None and (refused := archive_refusal(path, frozenset(n for _, n in stand_ins))):
+                    raise RefusedPickle(path, refused) from None
                 if found is None:
                     raise UsageError(f"{path}: not readable as a DeepSpeed checkpoint file "
                                      f"({str(exc).strip().splitlines()[0]})") from None

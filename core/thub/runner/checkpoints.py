@@ -8,7 +8,9 @@ they were saved, readable training states (``optimizer.pt``, ``scheduler.pt``, `
 The parent process checks this without torch, safetensors or numpy (none is a dependency of
 thub's core, and ``thub`` must stay light): a safetensors file is an 8-byte header length, a
 JSON header and the tensor bytes, so a truncated one is recognised from its header; a torch
-``.bin`` is a zip archive whose central directory is at the end, so a cut one does not open.
+``.bin`` is a zip archive whose central directory is at the end, so a cut one does not open. Its
+pickle is walked with nothing imported or run (:func:`thub.checkpoint.pickles.archive_refusal`): a
+file that asks to run code is not complete either, and ``--resume`` passes over it.
 """
 
 from __future__ import annotations
@@ -50,9 +52,28 @@ def _weights_problem(path: Path) -> str | None:
         return _safetensors_problem(path)
     try:
         with zipfile.ZipFile(path):
-            return None
+            pass
     except (OSError, zipfile.BadZipFile):
         return f"{path.name} is unreadable or cut short"
+    from thub.checkpoint.pickles import archive_refusal, refused_message
+
+    # a torch.save archive is a pickle: one that names code to run is refused before any library loads it
+    refused = archive_refusal(path)
+    return f"{path.name} {refused_message(refused)}" if refused else None
+
+
+def shard_name_problem(name: object) -> str | None:
+    """Why ``name``, a file an index (``weight_map``) lists, does not name a file inside the index's
+    folder, or None when it does: an absolute path or a ``..`` in it leads out of the folder, so it
+    is never opened (links are followed, as transformers follows them: the Hub cache links its files)."""
+    if not isinstance(name, str) or not name.strip():
+        return "not a file name"
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or Path(name).is_absolute() or (len(parts[0]) == 2 and parts[0][1] == ":"):
+        return "an absolute path, outside the folder"
+    if ".." in parts:
+        return "a '..' path, outside the folder"
+    return None
 
 
 def checkpoint_problem(path: str | Path) -> str | None:
@@ -71,9 +92,11 @@ def checkpoint_problem(path: str | Path) -> str | None:
         if index.exists():
             try:
                 shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            except (OSError, ValueError, KeyError, AttributeError):
+            except (OSError, ValueError, KeyError, AttributeError, TypeError):
                 return f"{index_name} is unreadable"
             for shard in shards:
+                if outside := shard_name_problem(shard):
+                    return f"{index_name} names {shard!r}: {outside}"
                 if not (path / shard).is_file():
                     return f"weight shard {shard} is missing"
                 problem = _weights_problem(path / shard)
