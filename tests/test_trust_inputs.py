@@ -1,0 +1,173 @@
+"""Trust at the boundary (issue 35 items 9 and 10): a shared local MLflow store lets runs start
+together, and hostile inputs at thub's own edges (a Training Hub JSON flag nested 40,000 deep,
+preflight checks on a machine too slow for their budget) end in a bounded, typed answer.
+
+No test here depends on wall-clock timing: order and overlap are observed through files the
+processes write (markers, a barrier) and the waits are hang guards with a clear message."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: how long a process may wait for the others or for a marker before the test calls it a hang
+#: (a guard against a deadlock, never a timing assertion: a busy machine only makes it slower)
+HANG_GUARD = float(os.environ.get("THUB_TEST_HANG_GUARD", "300"))
+
+#: one run on the store: prepare it as ``thub train`` does before a launch, open the MLflow run as
+#: the parent's tracker does, say so (started-N), wait for every other run to have started (the
+#: barrier), then log and finish. A run that held the store's lock across its start would keep the
+#: others from starting: the barrier never fills and every process gives up with exit code 3.
+RUN = r"""
+import sys, time
+from pathlib import Path
+from thub.trackers.sink import MlflowWriter
+from thub.trackers.store import prepare_store
+
+uri, folder, index, total, guard = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+params = {"mlflow_tracking_uri": uri, "mlflow_experiment_name": "together", "ckpt_output_dir": f"run{index}"}
+(folder / f"opening-{index}").write_text("")
+prepare_store(params, None)
+writer = MlflowWriter(params, {"algorithm": "sft", "backend": "trl", "parameters": {}})
+(folder / f"started-{index}").write_text(writer.run_id)
+deadline = time.monotonic() + guard
+while len(list(folder.glob("started-*"))) < total:
+    if time.monotonic() > deadline:
+        print(f"run {index}: only {len(list(folder.glob('started-*')))} of {total} runs started", file=sys.stderr)
+        sys.exit(3)
+    time.sleep(0.05)
+writer.log(1, {"loss": 1.0})
+writer.close("succeeded")
+"""
+
+
+def _environ() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("THUB_", "MLFLOW_"))}
+
+
+def _start_runs(uri: str, folder: Path, total: int) -> list[subprocess.Popen[str]]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return [subprocess.Popen([sys.executable, "-c", RUN, uri, str(folder), str(i), str(total), str(HANG_GUARD)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_environ(), cwd=ROOT)
+            for i in range(total)]
+
+
+def _finish(runs: list[subprocess.Popen[str]]) -> list[tuple[int, str]]:
+    outcomes = []
+    for run in runs:
+        try:
+            _out, err = run.communicate(timeout=HANG_GUARD * 2)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            _out, err = run.communicate()
+        outcomes.append((run.returncode, err))
+    return outcomes
+
+
+def _check_store(uri: str, database: Path, count: int) -> None:
+    """The store is a valid SQLite file at MLflow's schema holding ``count`` finished runs in
+    ``together``, and it still takes a new run."""
+    from mlflow import MlflowClient
+
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    client = MlflowClient(tracking_uri=uri)  # opens the store: MLflow verifies its schema
+    experiment = client.get_experiment_by_name("together")
+    assert experiment is not None
+    found = client.search_runs([experiment.experiment_id])
+    assert len(found) == count and {run.info.status for run in found} == {"FINISHED"}, found
+    assert {run.data.metrics.get("loss") for run in found} == {1.0}
+    later = client.create_run(experiment.experiment_id)
+    client.log_metric(later.info.run_id, "x", 1.0)
+    assert client.get_run(later.info.run_id).data.metrics == {"x": 1.0}
+
+
+@pytest.mark.needs_module("mlflow")
+def test_five_runs_on_one_fresh_store_start_together(tmp_path: Path) -> None:
+    """Five processes open runs on one new store at once: the first creates it, and every run is
+    open at the same moment (the barrier fills), so none held the lock across its run."""
+    database = tmp_path / "store" / "mlflow.db"
+    uri = f"sqlite:///{database}"
+    outcomes = _finish(_start_runs(uri, tmp_path / "events", 5))
+    assert [code for code, _ in outcomes] == [0] * 5, [err[-2000:] for code, err in outcomes if code]
+    _check_store(uri, database, 5)
+
+
+@pytest.mark.needs_module("mlflow")
+def test_runs_on_a_ready_store_never_wait_for_its_lock(tmp_path: Path) -> None:
+    """The lock is for creating and migrating the store only: with the store ready, five runs all
+    start and finish while another process holds the lock (they waited for it before)."""
+    from thub.trackers.store import initialise
+
+    database = tmp_path / "store" / "mlflow.db"
+    uri = f"sqlite:///{database}"
+    initialise(uri, "together")
+    events = tmp_path / "events"
+    with open(database.with_name("mlflow.db.lock"), "a") as held:  # docs/trackers.md: DB.lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        runs = _start_runs(uri, events, 5)
+        try:
+            deadline = time.monotonic() + HANG_GUARD
+            while len(list(events.glob("started-*"))) < 5 and any(run.poll() is None for run in runs):
+                assert time.monotonic() < deadline, (
+                    f"{len(list(events.glob('started-*')))} of 5 runs started in {HANG_GUARD:.0f} s while another "
+                    "process held the lock of a store that was ready: the runs wait for the lock")
+                time.sleep(0.05)
+        except BaseException:
+            for run in runs:
+                run.kill()
+            raise
+        outcomes = _finish(runs)
+        assert [code for code, _ in outcomes] == [0] * 5, [err[-1000:] for code, err in outcomes if code]
+    assert len(list(events.glob("started-*"))) == 5
+    assert not any("waiting for the MLflow store lock" in err for _, err in outcomes)
+    _check_store(uri, database, 5)
+
+
+@pytest.mark.needs_module("mlflow")
+def test_a_run_that_waits_for_the_store_lock_says_so_once(tmp_path: Path) -> None:
+    """While the store is being created (the test holds the lock, as the creating process does), a
+    run on it waits and says once on stderr whose lock it waits for; once the lock is free it
+    finds the store made by the holder and starts."""
+    from thub.trackers.sink import ensure_experiment
+
+    database = tmp_path / "store" / "mlflow.db"
+    database.parent.mkdir(parents=True)
+    uri = f"sqlite:///{database}"
+    events = tmp_path / "events"
+    events.mkdir()
+    err_path = tmp_path / "waiter.err"
+    with open(database.with_name("mlflow.db.lock"), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write(f"{os.getpid()} pytest creating the store\n")  # the holder's note: PID COMMAND
+        held.flush()
+        with open(err_path, "w") as err_file:
+            waiter = subprocess.Popen([sys.executable, "-c", RUN, uri, str(events), "0", "1", str(HANG_GUARD)],
+                                      stdout=subprocess.DEVNULL, stderr=err_file, text=True, env=_environ(),
+                                      cwd=ROOT)
+        try:
+            deadline = time.monotonic() + HANG_GUARD
+            while "waiting for the MLflow store lock" not in err_path.read_text():
+                assert waiter.poll() is None, f"the run ended without waiting: {err_path.read_text()[-2000:]}"
+                assert time.monotonic() < deadline, (
+                    f"no waiting message on stderr after {HANG_GUARD:.0f} s: {err_path.read_text()[-2000:]}")
+                time.sleep(0.05)
+            assert not list(events.glob("started-*"))  # still waiting: the store is not there yet
+            ensure_experiment(uri, "together")  # what the holder does under the lock
+        except BaseException:
+            waiter.kill()
+            raise
+    assert waiter.wait(timeout=HANG_GUARD) == 0, err_path.read_text()[-2000:]
+    text = err_path.read_text()
+    line = next(line for line in text.splitlines() if "waiting for the MLflow store lock" in line)
+    assert f"pid {os.getpid()} (pytest creating the store)" in line and str(database) in line, line
+    assert text.count("waiting for the MLflow store lock") == 1, text
+    _check_store(uri, database, 1)
