@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -75,14 +74,17 @@ def _copy(source: Path, out: Path, base: str | None) -> None:
     from thub.checkpoint.consolidate import serving_files
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    # made with the usual mode (0777 less the umask): tempfile.mkdtemp's 0700 stayed on the renamed folder
+    staging = out.parent / f".{out.name}.thub-partial-{os.getpid()}-{os.urandom(4).hex()}"
+    staging.mkdir()
     try:
         for item in source.iterdir():
             if item.is_file() and not is_training_state(item.name):
-                shutil.copy2(item, staging / item.name)
+                # a new file with the usual mode (copy2 kept the 0600 that safetensors' save_file leaves)
+                shutil.copyfile(item, staging / item.name)
         for name, origin in serving_files(source, Path(base) if base else None):
             if not (staging / name).exists():
-                shutil.copy2(origin, staging / name)
+                shutil.copyfile(origin, staging / name)
         if out.exists():
             out.rmdir()  # empty: check_target refused anything else
         staging.rename(out)

@@ -22,8 +22,9 @@ The one implementation of the merge: ``thub checkpoint merge`` calls it, and so 
 from __future__ import annotations
 
 import json
+import os
 import shutil
-import tempfile
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -161,13 +162,16 @@ def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
 
     target = Path(plan["out"])
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    # made with the usual mode (0777 less the umask): tempfile.mkdtemp's 0700 stayed on the renamed folder
+    staging = target.parent / f".{target.name}.thub-partial-{os.getpid()}-{os.urandom(4).hex()}"
+    staging.mkdir()
     try:
         merged = base_with_adapter(plan["base"], plan["adapter"], getattr(torch, plan["dtype"]),
                                    trust_remote_code).merge_and_unload()
         merged.save_pretrained(staging, safe_serialization=True)
         tokenizer = AutoTokenizer.from_pretrained(plan["tokenizer_from"], trust_remote_code=trust_remote_code)
         tokenizer.save_pretrained(staging)
+        written = [path for path in staging.rglob("*") if path.is_file()]
         for name in SERVING_FILES:
             if not (staging / name).exists() and (Path(plan["base"]) / name).is_file():
                 shutil.copy2(Path(plan["base"]) / name, staging / name)
@@ -175,6 +179,8 @@ def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
                                              "qlora", "tokenizer_from")}
         record["peft_version"] = peft.__version__
         (staging / MERGE_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        for path in written:  # safetensors' save_file leaves 0600: the usual mode, a plain write's (0666 - umask)
+            path.chmod(stat.S_IMODE((staging / MERGE_RECORD).stat().st_mode))
         if target.exists():
             target.rmdir()  # empty (plan_merge refused anything else)
         staging.rename(target)
