@@ -161,7 +161,9 @@ def card_facts(run_dir: Path | None, verification: dict[str, Any] | None) -> dic
     from thub.runner.rundir import read_json
 
     record = (read_json(run_dir / "thub_run.json") if run_dir else None) or {}
-    result = (read_json(run_dir / "result.json") if run_dir else None) or {}
+    from thub.runner.runpaths import read_result
+
+    result = (read_result(run_dir) if run_dir else None) or {}
     entries = redact_entries(record.get("parameters") or {})
     parameters = {n: e.get("value") for n, e in entries.items() if isinstance(e, dict)}
     metrics_points = loss_curve(run_dir)

@@ -163,7 +163,10 @@ def export_after_run(run_dir: Path, result: dict[str, Any], out: str, model_path
         entry = {"path": out, "ok": False, "error": f"not exported: the run's status is {result.get('status')}",
                  "checks": [], "failed": None}
     else:
-        entry = export_model(result.get("final_model"), out, model_path)
+        from thub.runner.runpaths import rebased
+
+        # the final model where the run directory is now (moved, copied, reached from elsewhere)
+        entry = export_model(rebased(run_dir, result).get("final_model"), out, model_path)
     result = {**result, "export": redact(entry)}
     write_json_atomic(run_dir / "result.json", result)
     print(describe(entry), file=sys.stderr if quiet else sys.stdout, flush=True)

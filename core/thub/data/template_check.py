@@ -140,6 +140,10 @@ def doctor_check(context: Any) -> Any:
     run = Path(context.output_dir or "")
     try:
         result = json.loads((run / "result.json").read_text())
+        if isinstance(result, dict):  # the checkpoints where the run directory is now
+            from thub.runner.runpaths import rebased
+
+            result = rebased(run, result)
         model_path = json.loads((run / "thub_run.json").read_text())["parameters"]["model_path"]["value"]
     except (OSError, ValueError, KeyError, TypeError):
         return CheckResult("skip", f"{run} holds no finished run (result.json, thub_run.json)")

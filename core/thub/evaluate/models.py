@@ -121,11 +121,16 @@ def _data_kind(run: Path, record: dict[str, Any], registry: Any) -> tuple[str | 
 def read_run(path: str | Path, registry: Any) -> RunInfo:
     """The run directory's record, result and training settings. Raises UsageError for a folder
     that is not one, or whose files are unreadable."""
+    from thub.runner.runpaths import rebase_result
+
     run = Path(path)
     record = _read_json(run / "thub_run.json")
     if record is None:
         raise UsageError(f"{run}: not a thub run directory (no thub_run.json)")
     result = _read_json(run / "result.json")
+    if result is not None:  # a moved or copied run scores its own models (thub.runner.runpaths)
+        working_dir = record.get("working_dir")
+        result = rebase_result(run, result, working_dir if isinstance(working_dir, str) else None)
     kind, chat = _data_kind(run, record, registry)
     base = _parameter(record, "model_path")
     if isinstance(base, str) and not Path(base).is_absolute() and isinstance(record.get("working_dir"), str):

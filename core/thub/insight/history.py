@@ -85,6 +85,10 @@ def summarise(run: str | Path) -> dict[str, Any]:
     if record is None:
         raise UsageError(f"{run}: not a thub run ({why or 'no thub_run.json'})")
     result = _read(run / "result.json")
+    if isinstance(result, dict):  # its paths where the run directory is now (thub.runner.runpaths)
+        from thub.runner.runpaths import rebased
+
+        result = rebased(run, result)
     last = (result or {}).get("last_metrics")
     last = last if isinstance(last, dict) and last else _last_metrics(run) or {}
     if result:
@@ -144,6 +148,8 @@ def _trackers(run: Path) -> dict[str, Any]:
 
 def show(run: str | Path) -> dict[str, Any]:
     """Everything recorded about a run: configuration with sources, versions, result, checkpoints."""
+    from thub.runner.runpaths import read_result
+
     run = Path(run)
     summary = summarise(run)
     record = _read(run / "thub_run.json") or {}
@@ -156,7 +162,7 @@ def show(run: str | Path) -> dict[str, Any]:
         "versions": record.get("versions", {}),
         "command_line": record.get("command_line"),
         "resume_from": record.get("resume_from"),
-        "result": _read(run / "result.json"),
+        "result": read_result(run),  # its paths where the run directory is now
         "checkpoints": checkpoints,
         "eval": _eval(run),
     })

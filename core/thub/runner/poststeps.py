@@ -205,7 +205,9 @@ def _eval(run_dir: Path, result: dict[str, Any], values: dict[str, Any], say: Ca
 
 def _push(run_dir: Path, result: dict[str, Any], values: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
     from thub.checkpoint import push as pushing
+    from thub.runner.runpaths import rebased
 
+    result = rebased(run_dir, result)  # its paths where the run directory is now
     if values.get("export"):
         source = str((result.get("export") or {}).get("path") or values["export"])
     else:
