@@ -1,6 +1,7 @@
 """``checkpoint_storage`` (issue 29 item 4) on real trl CPU runs of the tiny model: every complete checkpoint is
 mirrored to a real S3-compatible server on 127.0.0.1 (moto's server mode, read back with boto3) or a file://
-folder, its ``.thub-complete`` marker written last; a run SIGKILLed after a mirrored checkpoint, its local
+folder, below the run's own id (``URI/<run-id>/checkpoint-N``, issue 35 item 3), its ``.thub-complete`` marker
+written last; a run SIGKILLed after a mirrored checkpoint, its local
 checkpoints deleted, continues with ``--resume`` from the remote copy with every step logged once; a remote folder
 without a marker (a half-finished upload) is never used; a run stopped by SIGTERM waits for its last upload; a
 failed upload (the server stopped) is a warning and the run succeeds; bad URIs are refused at plan time (exit 2);
@@ -86,6 +87,16 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _run_id(run: Path) -> str:
+    """The run's id (thub_run.json): its copies are below ``URI/<run-id>/``."""
+    return str(json.loads((run / "thub_run.json").read_text())["run_id"])
+
+
+def _marked(remote: Path, name: str) -> bool:
+    """Whether a run's ``name`` copy in the ``file://`` folder ``remote`` carries its marker."""
+    return any(remote.glob(f"*/{name}/{MARKER}"))
+
+
 # --- S3: moto's server on 127.0.0.1 ----------------------------------------------------------------
 
 def _client(environ: dict[str, str]) -> Any:
@@ -121,14 +132,16 @@ def test_sigkill_then_resume_from_the_s3_copy_never_a_half_uploaded_one(
         proc.wait(timeout=60)
     _wait_for(lambda: _lock_free(run), None, None)  # the child follows its parent (thub.runner.lifeline)
     newest = max(_marked_steps(client, "runs/one/"))  # nothing uploads any more: the parent is gone
-    marker = json.loads(client.get_object(Bucket="models", Key=f"runs/one/checkpoint-{newest}/{MARKER}")["Body"]
+    run_id = _run_id(run)
+    prefix = f"runs/one/{run_id}"
+    marker = json.loads(client.get_object(Bucket="models", Key=f"{prefix}/checkpoint-{newest}/{MARKER}")["Body"]
                         .read())
-    assert marker["step"] == newest and {"model.safetensors", "optimizer.pt", "trainer_state.json"} <= \
-        {f["path"] for f in marker["files"]}
+    assert marker["run_id"] == run_id and marker["step"] == newest
+    assert {"model.safetensors", "optimizer.pt", "trainer_state.json"} <= {f["path"] for f in marker["files"]}
     shutil.rmtree(run / "checkpoints")  # the node's disk is lost: only the remote copies are left
     # a newer folder whose upload never finished: every file but the marker
     half = newest + 100
-    for key in _keys(client, f"runs/one/checkpoint-{newest}/"):
+    for key in _keys(client, f"{prefix}/checkpoint-{newest}/"):
         if not key.endswith(MARKER):
             client.copy_object(Bucket="models", CopySource={"Bucket": "models", "Key": key},
                                Key=key.replace(f"checkpoint-{newest}/", f"checkpoint-{half}/"))
@@ -136,16 +149,18 @@ def test_sigkill_then_resume_from_the_s3_copy_never_a_half_uploaded_one(
     resumed = thub(*_train_args(tiny_model, demo_data, run, total, uri), "--resume", **environ)
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, out[-4000:]
-    assert f"{uri}/checkpoint-{half} has no {MARKER} marker" in out and "never used" in out
-    assert (f"resuming from checkpoint-{newest} (step {newest} of {total}), fetched from {uri}/checkpoint-{newest} "
-            "(there is no complete local one)") in out
+    assert f"{uri}/{run_id}/checkpoint-{half} has no {MARKER} marker" in out and "never used" in out
+    assert (f"resuming from checkpoint-{newest} (step {newest} of {total}), fetched from "
+            f"{uri}/{run_id}/checkpoint-{newest} (there is no complete local one)") in out
     assert not (run / "checkpoints" / f"checkpoint-{half}").exists()
     assert _steps(run) == list(range(1, total + 1))  # every step logged once, the resumed ones after the kept
     record = json.loads((run / "thub_run.json").read_text())
     assert record["resume_from"] == str(run / "checkpoints" / f"checkpoint-{newest}")
+    assert record["run_id"] == run_id and record["resume_fetched_from"] == f"{uri}/{run_id}/checkpoint-{newest}"
     result = json.loads((run / "result.json").read_text())
     assert result["status"] == "succeeded" and f"checkpoint-{total}" in result["checkpoint_storage"]["mirrored"]
-    assert total in _marked_steps(client, "runs/one/") and not result["checkpoint_storage"]["failed"]
+    assert total in _marked_steps(client, f"{prefix}/") and not result["checkpoint_storage"]["failed"]
+    assert {key.split("/")[2] for key in _keys(client, "runs/one/")} == {run_id}  # one run, one prefix
     assert "test-secret-access-key" not in out + (run / "result.json").read_text()
 
 
@@ -158,7 +173,8 @@ def test_a_failed_upload_is_a_warning_and_the_run_succeeds(
     run = tmp_path / "run"
     done = thub(*_train_args(tiny_model, demo_data, run, 2, "s3://models/runs/gone"), **environ)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "thub: warning: checkpoint checkpoint-2 was not mirrored to s3://models/runs/gone:" in done.stderr
+    assert (f"thub: warning: checkpoint checkpoint-2 was not mirrored to s3://models/runs/gone/{_run_id(run)}:"
+            in done.stderr)
     result = json.loads((run / "result.json").read_text())
     assert result["status"] == "succeeded"
     assert any(w.startswith("checkpoint checkpoint-2 was not mirrored") for w in result["warnings"])
@@ -177,7 +193,7 @@ def test_sigterm_waits_for_the_last_upload_and_resume_fetches_it_from_a_folder(
     uri = remote.as_uri()
     proc = _start(_train_args(tiny_model, demo_data, run, 100000, uri), log)
     try:
-        _wait_for(lambda: (remote / "checkpoint-2" / MARKER).is_file(), proc, log)
+        _wait_for(lambda: _marked(remote, "checkpoint-2"), proc, log)
         proc.send_signal(signal.SIGTERM)  # checkpoint and stop: the stop's checkpoint is mirrored before exit
         proc.wait(timeout=GUARD)
     finally:
@@ -188,6 +204,7 @@ def test_sigterm_waits_for_the_last_upload_and_resume_fetches_it_from_a_folder(
     local = max(int(p.name.removeprefix("checkpoint-")) for p in (run / "checkpoints").glob("checkpoint-*"))
     assert result["checkpoint_storage"]["pending"] == [] and f"checkpoint-{local}" in \
         result["checkpoint_storage"]["mirrored"]
+    remote = remote / _run_id(run)  # this run's copies
     marker = json.loads((remote / f"checkpoint-{local}" / MARKER).read_text())
     source = run / "checkpoints" / f"checkpoint-{local}"
     assert {f["path"] for f in marker["files"]} == {p.relative_to(source).as_posix() for p in source.rglob("*")
@@ -200,7 +217,8 @@ def test_sigterm_waits_for_the_last_upload_and_resume_fetches_it_from_a_folder(
     resumed = thub(*_train_args(tiny_model, demo_data, run, total, uri), "--resume")
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, out[-4000:]
-    assert f"resuming from checkpoint-{local} (step {local} of {total}), fetched from {uri}/checkpoint-{local}" in out
+    assert (f"resuming from checkpoint-{local} (step {local} of {total}), fetched from "
+            f"{uri}/{_run_id(run)}/checkpoint-{local}") in out
     assert _steps(run) == list(range(1, total + 1))
     assert (remote / f"checkpoint-{total}" / MARKER).is_file()
 
@@ -213,7 +231,7 @@ def test_a_local_checkpoint_as_new_as_the_remote_one_is_used_as_it_is(
     uri = remote.as_uri()
     proc = _start(_train_args(tiny_model, demo_data, run, 100000, uri), log)
     try:
-        _wait_for(lambda: (remote / "checkpoint-2" / MARKER).is_file(), proc, log)
+        _wait_for(lambda: _marked(remote, "checkpoint-2"), proc, log)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)

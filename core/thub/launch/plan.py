@@ -83,6 +83,12 @@ class Plan:
             "translation": redact(self.translation),
             "data": {"rows": len(self.data.rows), "kind": self.data.kind},
         }
+        if values.get("checkpoint_storage"):  # the run's own remote prefix (URI/<run-id>, thub.runner.mirror)
+            from pathlib import Path
+
+            from thub.runner.mirror import planned_prefix
+
+            data["checkpoint_storage"] = planned_prefix(values["checkpoint_storage"], Path(values["ckpt_output_dir"]))
         trackers = tracker_plan(values, resolved.backend, resolved.algorithm.name)
         if trackers:  # which process logs each tracker, and where its run goes
             data["trackers"] = trackers

@@ -2,11 +2,14 @@
 
 ``checkpoint_storage: s3://BUCKET/PREFIX`` (or ``gs://``, ``file:///PATH``; any of them through fsspec)
 makes the supervisor copy each checkpoint the child reports (the ``checkpoint`` event) to
-``URI/<name>/``, where ``<name>`` is ``checkpoint-N`` for the HF Trainer layout (``checkpoints/checkpoint-N``)
-and the path below ``checkpoints/`` (or the run directory) for another layout. The files go first, then
-:data:`MARKER`, a JSON file holding the step and every file with its size and sha256: a remote folder is
-a complete checkpoint only once its marker is there, so an upload cut off halfway (the node lost, the
-network gone) is never taken for one (:mod:`thub.runner.mirror_resume` reads them back for ``--resume``).
+``URI/<run-id>/<name>/``, where ``<run-id>`` is the run's own (``thub_run.json`` ``run_id``,
+:func:`thub.runner.rundir.new_run_id`: runs sharing one URI never write over each other's copies) and
+``<name>`` is ``checkpoint-N`` for the HF Trainer layout (``checkpoints/checkpoint-N``) and the path below
+``checkpoints/`` (or the run directory) for another layout. A run an older thub started (no run id
+recorded) keeps that thub's layout, ``URI/<name>/``, to its end. The files go first, then :data:`MARKER`, a
+JSON file holding the run id, the step and every file with its size and sha256: a remote folder is a
+complete checkpoint only once its marker is there, so an upload cut off halfway (the node lost, the network
+gone) is never taken for one (:mod:`thub.runner.mirror_resume` reads them back for ``--resume``).
 
 The uploads run beside training in the parent process: :class:`Mirror` is a worker thread fed by the
 checkpoint events through a bounded queue. Offering a checkpoint never blocks the supervisor's loop
@@ -37,7 +40,7 @@ from typing import Any
 
 from thub.redact import redact_text
 
-__all__ = ["MARKER", "Mirror", "check_storage_uri", "open_storage", "remote_name"]
+__all__ = ["MARKER", "Mirror", "check_storage_uri", "open_storage", "planned_prefix", "remote_name", "run_prefix"]
 
 #: written last into every mirrored checkpoint folder: its presence makes the remote copy complete
 MARKER = ".thub-complete"
@@ -81,6 +84,39 @@ def open_storage(uri: str) -> tuple[Any, str]:
     return fs, str(root).rstrip("/") or "/"
 
 
+def run_prefix(uri: str, run_id: str | None) -> str:
+    """Where a run's copies go: ``URI/<run-id>``; ``URI`` itself for a run an older thub started (no id)."""
+    return f"{uri.rstrip('/')}/{run_id}" if run_id else uri.rstrip("/")
+
+
+def planned_prefix(uri: str, run_dir: Path) -> dict[str, Any]:
+    """What the dry run shows of ``checkpoint_storage``: the URI, the run's remote prefix (``<run-id>``
+    where the run is not there yet: its id is made when it starts), the run id and a note."""
+    from thub.errors import UsageError
+    from thub.runner.rundir import RunDirectory, new_run_id
+    from thub.surface import option
+
+    shown = redact_text(uri).rstrip("/")
+    fresh = (f"a new run gets its own run id when it starts (<run directory name>-<UTC time>-<8 hex digits>, "
+             f"e.g. {new_run_id(run_dir)})")
+    directory = RunDirectory(Path(run_dir))
+    if not directory.record.is_file():
+        return {"uri": shown, "prefix": f"{shown}/<run-id>", "run_id": None, "note": fresh}
+    try:
+        run_id = directory.run_id()
+    except UsageError as exc:
+        return {"uri": shown, "prefix": f"{shown}/<run-id>", "run_id": None,
+                "note": f"{option('resume')} is refused: {exc}; {fresh}"}
+    if run_id is None:
+        return {"uri": shown, "prefix": shown, "run_id": None,
+                "note": f"the run there was started by an older thub (no run_id in thub_run.json): "
+                        f"{option('resume')} continues in {shown}/checkpoint-N as it wrote them; "
+                        f"with {option('overwrite')} {fresh}"}
+    return {"uri": shown, "prefix": f"{shown}/{run_id}", "run_id": run_id,
+            "note": f"this run's id (thub_run.json): {option('resume')} continues under it; "
+                    f"with {option('overwrite')} {fresh}"}
+
+
 def remote_name(path: Path, run_dir: Path) -> str:
     """Where a checkpoint goes below the URI: ``checkpoint-N`` for ``RUN_DIR/checkpoints/checkpoint-N``,
     else its path below ``checkpoints/`` or the run directory, else its own name."""
@@ -122,8 +158,10 @@ def file_list(folder: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def upload(fs: Any, root: str, folder: Path, name: str, step: int | None) -> dict[str, Any]:
-    """Copy ``folder`` to ``root/name/`` and write :data:`MARKER` last; returns the marker's content.
+def upload(fs: Any, root: str, folder: Path, name: str, step: int | None, *,
+           run_id: str | None = None) -> dict[str, Any]:
+    """Copy ``folder`` to ``root/name/`` and write :data:`MARKER` last (with ``run_id``, the run whose
+    copy it is: ``--resume`` takes no other run's); returns the marker's content.
 
     A remote folder of that name already there (an earlier attempt's, complete or not) loses its
     marker first and is replaced: at no moment does a half-replaced folder carry one."""
@@ -140,7 +178,7 @@ def upload(fs: Any, root: str, folder: Path, name: str, step: int | None) -> dic
         fs.makedirs(parent, exist_ok=True)
     for entry in files:
         fs.put_file(str(folder / entry["path"]), f"{target}/{entry['path']}")
-    content = {"thub_mirror": 1, "name": name, "step": step, "files": files, "at": time.time()}
+    content = {"thub_mirror": 1, "name": name, "run_id": run_id, "step": step, "files": files, "at": time.time()}
     fs.pipe_file(marker, (json.dumps(content, indent=1) + "\n").encode())
     return content
 
@@ -171,12 +209,17 @@ class Mirror:
     """The upload worker of one run: :meth:`offer` each reported checkpoint, :meth:`finish` at the end."""
 
     def __init__(self, uri: str, run_dir: Path, *, capacity: int = CAPACITY, skip: int = 0) -> None:
-        """``skip``: how many offers to ignore first (the events an earlier attempt reported: the
-        supervisor reads ``events.jsonl`` from its start, and those checkpoints were offered then)."""
+        """The copies go below the run's own prefix, ``URI/<run-id>`` (:func:`run_prefix`; the id
+        read from the run directory's ``thub_run.json``). ``skip``: how many offers to ignore first (the
+        events an earlier attempt reported: the supervisor reads ``events.jsonl`` from its start, and
+        those checkpoints were offered then)."""
+        from thub.runner.rundir import RunDirectory
+
         self.uri = uri
         self._skip = skip
-        self.shown = redact_text(uri)
         self.run_dir = Path(run_dir)
+        self.run_id = RunDirectory(self.run_dir).run_id()
+        self.shown = redact_text(run_prefix(uri, self.run_id))  # the run's prefix, as said and reported
         self.staging = self.run_dir / STAGING
         self.capacity = capacity
         self.mirrored: list[dict[str, Any]] = []
@@ -241,9 +284,9 @@ class Mirror:
             return
         try:
             if self._fs is None:
-                self._fs = open_storage(self.uri)
+                self._fs = open_storage(run_prefix(self.uri, self.run_id))
             fs, root = self._fs
-            content = upload(fs, root, staged, name, step)
+            content = upload(fs, root, staged, name, step, run_id=self.run_id)
         except Exception as exc:  # noqa: BLE001 - the storage's own error, named: the run goes on
             self._warn(name, f"{type(exc).__name__}: {redact_text(str(exc)) or 'no message'}")
             return
@@ -288,7 +331,8 @@ class Mirror:
             self.staging.rmdir()  # only when empty: an upload still under way keeps its links
         except OSError:
             pass
-        return {"uri": self.shown, "mirrored": [m["name"] for m in self.mirrored], "uploads": self.mirrored,
+        return {"uri": redact_text(self.uri), "run_id": self.run_id, "prefix": self.shown,
+                "mirrored": [m["name"] for m in self.mirrored], "uploads": self.mirrored,
                 "failed": self.failed, "superseded": self.superseded, "pending": left}
 
 

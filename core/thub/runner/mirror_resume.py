@@ -1,7 +1,11 @@
 """``--resume`` with ``checkpoint_storage``: the newest complete checkpoint, local or remote.
 
-A remote ``URI/checkpoint-N/`` is complete when its :data:`~thub.runner.mirror.MARKER` is there (written
-last by :mod:`thub.runner.mirror`); a folder without one (an upload cut off) is never used, and said.
+A run reads its own copies only: ``URI/<run-id>/checkpoint-N/`` (``thub_run.json`` ``run_id``), each
+marker carrying that run id (a marker of another run, copied there, is refused). A run an older thub
+started (no run id recorded) reads ``URI/checkpoint-N/`` as that thub wrote it, and takes no marker that
+carries a run id (another, newer run's). A remote copy is complete when its :data:`~thub.runner.mirror.MARKER`
+is there (written last by :mod:`thub.runner.mirror`); a folder without one (an upload cut off) is never
+used, and said.
 When the newest remote complete checkpoint is newer than the newest local complete one, it is fetched
 into ``RUN_DIR/checkpoints/checkpoint-N`` before the child starts: into a hidden folder first, every
 file checked against the marker's size and sha256 and the whole checked as ``--resume`` checks a local
@@ -22,7 +26,8 @@ from typing import Any
 
 from thub.errors import ThubError
 from thub.redact import redact_text
-from thub.runner.mirror import HASH_CHUNK, MARKER, open_storage
+from thub.runner.mirror import HASH_CHUNK, MARKER, open_storage, run_prefix
+from thub.runner.rundir import NEW_RUN_ID
 
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
@@ -133,25 +138,51 @@ def fetch(uri: str, name: str, marker: dict[str, Any], checkpoints: Path) -> tup
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def newer_remote(uri: str, checkpoints: Path, local_step: int | None,
-                 say: Any = print) -> tuple[Path, int, str] | None:
-    """The newest remote complete checkpoint newer than ``local_step`` (None: no local one), fetched
-    into ``checkpoints``: (path, step, remote URI it came from), or None when the local one is the
-    newest. ``say(line)`` reports what was passed over and why."""
-    shown = redact_text(uri).rstrip("/")
-    listing = list_remote(uri)
+def _not_ours(marker: dict[str, Any], run_id: str | None) -> str | None:
+    """Why a marker is another run's (None: it is this run's, ``run_id``; None for a run an older thub
+    started, whose markers carry no run id)."""
+    theirs = marker.get("run_id")
+    if theirs == run_id:
+        return None
+    if run_id is None:
+        return f"its {MARKER} marker belongs to run {theirs} (this run was started by an older thub and has none)"
+    if theirs is None:
+        return f"its {MARKER} marker carries no run id (an older thub's copy), not this run's ({run_id})"
+    return f"its {MARKER} marker belongs to run {theirs}, not this run ({run_id})"
+
+
+def newer_remote(uri: str, checkpoints: Path, local_step: int | None, say: Any = print, *,
+                 run_id: str | None = None,
+                 skipped: list[dict[str, str]] | None = None) -> tuple[Path, int, str] | None:
+    """The newest complete checkpoint of run ``run_id`` in ``URI/<run-id>/`` newer than ``local_step``
+    (None: no local one), fetched into ``checkpoints``: (path, step, remote URI it came from), or None
+    when the local one is the newest. ``run_id`` None: a run an older thub started, read from ``URI/``.
+    ``say(line)`` reports what was passed over and why; ``skipped`` gets each copy passed over
+    (``checkpoint``: its URI, ``reason``)."""
+    prefix = run_prefix(uri, run_id)
+    shown = redact_text(prefix)
+    passed = skipped if skipped is not None else []
+    if run_id is None:
+        say(f"checkpoint_storage: this run was started by an older thub (no run_id in thub_run.json): its "
+            f"copies are read from {shown}/checkpoint-N, where that thub wrote them")
+    listing = list_remote(prefix)
     for name in listing.unmarked:
         say(f"checkpoint_storage: {shown}/{name} has no {MARKER} marker (an upload that did not finish): "
             "never used")
-    if listing.other:
-        say(f"checkpoint_storage: {', '.join(sorted(listing.other))} in {shown} are not checkpoint-N folders: "
+    # at the top of a URI an older thub wrote to, newer runs' prefixes are not this run's business
+    other = sorted(name for name in listing.other if run_id is not None or not NEW_RUN_ID.fullmatch(name))
+    if other:
+        say(f"checkpoint_storage: {', '.join(other)} in {shown} are not checkpoint-N folders: "
             "not fetched back (the backend's own layout resumes from the local copy only)")
     for step, name, marker in listing.complete:
         if local_step is not None and step <= local_step:
             return None
-        checkpoints.mkdir(parents=True, exist_ok=True)
-        path, why = fetch(uri, name, marker, checkpoints)
-        if path is not None:
-            return path, step, f"{shown}/{name}"
+        why = _not_ours(marker, run_id)
+        if why is None:
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            path, why = fetch(prefix, name, marker, checkpoints)
+            if path is not None:
+                return path, step, f"{shown}/{name}"
+        passed.append({"checkpoint": f"{shown}/{name}", "reason": why or "not usable"})
         say(f"warning: checkpoint_storage: {shown}/{name} not used: {why}")
     return None

@@ -25,7 +25,7 @@ from thub.errors import Interrupted, ThubError, UsageError
 from thub.redact import record_values, redact
 from thub.runner.lock import RunLock
 from thub.runner.metrics import read_metrics, truncate_after
-from thub.runner.rundir import RunDirectory, read_json, write_json_atomic
+from thub.runner.rundir import RunDirectory, new_run_id, read_json, write_json_atomic
 from thub.runner.signals import stopped_while_preparing
 from thub.selection import installed_version
 
@@ -120,8 +120,15 @@ def prepared_run(resolved: ResolvedConfig, run_dir: RunDirectory, data: Training
 
                         shutil.rmtree(run_dir.path, ignore_errors=True)
                     raise
-                resume_from = _resume_point(run_dir, resolved) if resume else None
+                # the run's id (its checkpoint_storage prefix): made once, kept by --resume (None: an
+                # older thub started the run, thub.runner.rundir.new_run_id)
+                run_id = run_dir.run_id() if resume else new_run_id(run_dir.path)
+                trail: dict[str, Any] = {}  # where --resume took its checkpoint from, what it passed over
+                resume_from = _resume_point(run_dir, resolved, run_id, trail) if resume else None
                 record = build_record(resolved, command_line, resume_from)
+                if run_id is not None:
+                    record["run_id"] = run_id
+                record.update(trail)
                 record["user_entries"] = user_entries
                 # the rows validated now, kept in thub_data/: every attempt re-checks them (data.trained_on)
                 record["data"] = {"key": data.key, "rows": len(data.rows), "files": data.files,
@@ -162,16 +169,19 @@ def _unprepare(run_dir: RunDirectory, created: bool, resumed: bool) -> None:
         run_dir.record.unlink(missing_ok=True)
 
 
-def _resume_point(run_dir: RunDirectory, resolved: ResolvedConfig) -> str | None:
+def _resume_point(run_dir: RunDirectory, resolved: ResolvedConfig, run_id: str | None,
+                  trail: dict[str, Any]) -> str | None:
     """The newest complete checkpoint, saying which newer ones were passed over and where the
     run continues ("resuming from checkpoint-9 (step 9 of 32)"); with ``checkpoint_storage`` the
-    newest complete one local or remote, a remote one fetched into ``checkpoints/`` first and said
-    (:mod:`thub.runner.mirror_resume`). The metrics lines logged after it (all of them without a
-    checkpoint) are dropped, so each step is logged once."""
+    newest complete one local or remote (this run's, ``run_id``), a remote one fetched into
+    ``checkpoints/`` first and said (:mod:`thub.runner.mirror_resume`). ``trail`` gets the record's
+    ``resume_skipped`` (each copy passed over, with why) and ``resume_fetched_from``. The metrics
+    lines logged after it (all of them without a checkpoint) are dropped, so each step is logged once."""
     from thub.ui.output import console
 
     found, skipped = run_dir.resume_point()
     out = console()
+    passed = [{"checkpoint": str(path), "reason": problem} for path, problem in skipped]
     for path, problem in skipped:
         out.print(f"warning: {path} is not a complete checkpoint ({problem}); skipped", markup=False,
                   highlight=False)
@@ -183,13 +193,17 @@ def _resume_point(run_dir: RunDirectory, resolved: ResolvedConfig) -> str | None
         def say(line: str) -> None:
             out.print(line, markup=False, highlight=False)
 
-        fetched = newer_remote(storage, run_dir.checkpoints, found[1] if found else None, say=say)
+        fetched = newer_remote(storage, run_dir.checkpoints, found[1] if found else None, say=say, run_id=run_id,
+                               skipped=passed)
         if fetched is not None:
             local = f"the newest local one is {found[0].name}" if found else "there is no complete local one"
             origin = f", fetched from {fetched[2]} ({local})"
+            trail["resume_fetched_from"] = fetched[2]
             found = (fetched[0], fetched[1])
         else:
             origin = " (local; checkpoint_storage holds none newer)" if found else ""
+    if passed:
+        trail["resume_skipped"] = passed
     if found:
         total = _total_steps(run_dir, found, resolved.values())
         newest = ", the newest complete checkpoint" if skipped and not origin.startswith(",") else ""

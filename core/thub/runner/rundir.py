@@ -1,6 +1,6 @@
 """The run directory (``ckpt_output_dir``): one layout for every backend.
 
-    thub_run.json            resolved config with sources, versions, command line
+    thub_run.json            resolved config with sources, versions, command line, the run id
     training_metrics.jsonl   the unified metrics stream
     events.jsonl             checkpoints reported by the child
     result.json              status, final checkpoint, summary metrics (written atomically)
@@ -14,11 +14,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from thub.errors import UsageError
 from thub.fileio import write_text_atomic
@@ -41,6 +44,24 @@ def read_json(path: str | Path) -> dict[str, Any] | None:
 
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
+
+#: what a run id is: one path component of a remote store, never ``..`` (it names ``checkpoint_storage``'s prefix)
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: the run id's shape that :func:`new_run_id` makes (told apart from other names in a bucket's top level)
+NEW_RUN_ID = re.compile(r".+-\d{8}T\d{6}Z-[0-9a-f]{8}")
+
+
+def new_run_id(path: str | Path) -> str:
+    """A new run's id, ``<run directory name>-<UTC time>-<8 hex digits>`` (``out-20260101T120000Z-1a2b3c4d``).
+
+    Made once, when a run starts afresh (a new directory, ``--overwrite``); ``--resume`` keeps it
+    (``thub_run.json`` ``run_id``). It names the run's own prefix in ``checkpoint_storage``
+    (:mod:`thub.runner.mirror`): the folder's name says in a bucket's listing which run a prefix is,
+    the time tells a run from the one it replaced (and sorts them), and 32 random bits tell apart
+    two runs of the same folder name started in the same second (two machines, one team bucket)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(os.path.abspath(path)).name).strip("-._")[:48] or "run"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return f"{name}-{stamp}-{secrets.token_hex(4)}"
 
 # What thub's run layout owns in a run directory: --overwrite removes these (and what the run
 # itself created there, see RunDirectory.owned_entries), never anything else.
@@ -93,6 +114,30 @@ class RunDirectory:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    def run_id(self) -> str | None:
+        """The run id ``thub_run.json`` records (:func:`new_run_id`); None for a run an older thub
+        started (none recorded). A record that does not read, or an id thub would not have made (a
+        path, ``..``, not a string), is a UsageError: the id names where the run's remote copies are."""
+        try:
+            record = json.loads(self.record.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{self.record}: cannot be read ({exc}); it holds the run's id (run_id), which "
+                             "names where its checkpoint_storage copies are: restore it, or start a new run "
+                             f"with {option('overwrite')}") from None
+        if not isinstance(record, dict):
+            self._bad_run_id("not a JSON object")
+        if "run_id" not in record:
+            return None
+        value = record["run_id"]
+        if not isinstance(value, str) or not RUN_ID.fullmatch(value):
+            self._bad_run_id(f"run_id {value!r:.80} is not a run id thub makes (expected letters, digits, '.', "
+                             "'_' and '-', at most 128, starting with a letter or digit)")
+        return value
+
+    def _bad_run_id(self, what: str) -> NoReturn:
+        raise UsageError(f"{self.record}: {what}; the run id names where the run's checkpoint_storage copies are: "
+                         f"restore it, or start a new run with {option('overwrite')}")
 
     def checkpoint_dirs(self) -> list[tuple[int, Path]]:
         """Every ``checkpoints/checkpoint-N`` folder with N, newest first (complete or not)."""
