@@ -316,3 +316,112 @@ def test_the_dry_run_shows_the_remote_prefix(tmp_path: Path) -> None:
                           env=_environ(tmp_path, {}), timeout=GUARD)
     assert done.returncode == 0, done.stderr
     assert f"{uri}/{run_id}/checkpoint-N" in done.stdout
+
+
+# --- item 4: a bad copy is skipped, named, for the next older complete one -----------------------------
+
+def _run_with_copies(tmp_path: Path, uri: str) -> tuple[Path, str, dict[int, str]]:
+    run = tmp_path / "run"
+    run_id = _prepare(run, uri)["run_id"]
+    own = _mirror(run, uri, {2: 2, 4: 4, 6: 6})
+    shutil.rmtree(run / "checkpoints")  # the node's disk is lost: only the remote copies are left
+    return run, run_id, own
+
+
+def _resume_skipping(run: Path, uri: str, run_id: str, own: dict[int, str], skipped_steps: list[int],
+                     err: str, record: dict[str, Any], why: str) -> None:
+    step = max(n for n in own if n not in skipped_steps)
+    assert record["resume_from"] == str(run / "checkpoints" / f"checkpoint-{step}"), err
+    assert _sha256(run / "checkpoints" / f"checkpoint-{step}" / "model.safetensors") == own[step]
+    assert [s["checkpoint"] for s in record["resume_skipped"]] == [f"{uri}/{run_id}/checkpoint-{n}"
+                                                                   for n in skipped_steps]
+    assert all(why in s["reason"] for s in record["resume_skipped"]), record["resume_skipped"]
+    for entry in record["resume_skipped"]:
+        assert f"{entry['checkpoint']} not used: {entry['reason']}" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [f"checkpoint-{step}"]
+
+
+def test_a_copy_missing_a_listed_file_is_skipped_for_an_older_one_on_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bucket = tmp_path / "bucket"
+    run, run_id, own = _run_with_copies(tmp_path, bucket.as_uri())
+    (bucket / run_id / "checkpoint-6" / "model.safetensors").unlink()
+    record = _prepare(run, bucket.as_uri(), resume=True)
+    _resume_skipping(run, bucket.as_uri(), run_id, own, [6], capsys.readouterr().err, record,
+                     "model.safetensors is listed in its .thub-complete marker but is not there")
+
+
+def test_a_copy_missing_a_listed_file_is_skipped_for_an_older_one_on_s3(
+        tmp_path: Path, s3_server: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import s3fs  # type: ignore[import-untyped]  # ships no stubs
+
+    for name, value in s3_server.environ.items():
+        monkeypatch.setenv(name, value)
+    s3fs.S3FileSystem.clear_instance_cache()  # one made for an earlier test's server would point at its port
+    uri = "s3://models/team/ckpts"
+    run, run_id, own = _run_with_copies(tmp_path, uri)
+    s3_server.client().delete_object(Bucket="models", Key=f"team/ckpts/{run_id}/checkpoint-6/model.safetensors")
+    record = _prepare(run, uri, resume=True)
+    s3fs.S3FileSystem.clear_instance_cache()
+    _resume_skipping(run, uri, run_id, own, [6], capsys.readouterr().err, record,
+                     "model.safetensors is listed in its .thub-complete marker but is not there")
+
+
+_GOOD = {"path": "model.safetensors", "bytes": 1, "sha256": "0" * 64}
+
+#: markers that are not what thub writes, each with the words its skip is named by
+DAMAGED: list[tuple[str, bytes, str]] = [
+    ("a list", b"[]", "is not a JSON object"),
+    ("null", b"null", "is not a JSON object"),
+    ("not JSON", b"{\"files\": [", "does not read as JSON"),
+    ("nested too deep", b"[" * 100_000 + b"]" * 100_000, "does not read as JSON"),
+    ("not UTF-8", b"\xff\xfe{}", "does not read as JSON"),
+    ("files a string", json.dumps({"thub_mirror": 1, "files": "model.safetensors"}).encode(), "files"),
+    ("no files", json.dumps({"thub_mirror": 1, "files": []}).encode(), "lists no files"),
+    ("an entry a list", json.dumps({"thub_mirror": 1, "files": [["model.safetensors"]]}).encode(), "files[0]"),
+    ("a path a number", json.dumps({"thub_mirror": 1, "files": [{**_GOOD, "path": 7}]}).encode(), "files[0]"),
+    ("bytes a string", json.dumps({"thub_mirror": 1, "files": [{**_GOOD, "bytes": "1"}]}).encode(), "files[0]"),
+    ("bytes negative", json.dumps({"thub_mirror": 1, "files": [{**_GOOD, "bytes": -1}]}).encode(), "files[0]"),
+    ("sha256 not hex", json.dumps({"thub_mirror": 1, "files": [{**_GOOD, "sha256": "x"}]}).encode(), "files[0]"),
+    ("a path outside", json.dumps({"thub_mirror": 1, "files": [{**_GOOD, "path": "../../x"}]}).encode(),
+     "outside the checkpoint"),
+    ("an absolute path", json.dumps({"thub_mirror": 1, "files": [{**_GOOD, "path": "/etc/x"}]}).encode(),
+     "outside the checkpoint"),
+]
+
+
+@pytest.mark.parametrize(("case", "content", "why"), DAMAGED, ids=[case for case, _c, _w in DAMAGED])
+def test_a_damaged_marker_is_skipped_for_an_older_copy(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       case: str, content: bytes, why: str) -> None:
+    bucket = tmp_path / "bucket"
+    run, run_id, own = _run_with_copies(tmp_path, bucket.as_uri())
+    (bucket / run_id / "checkpoint-6" / MARKER).write_bytes(content)
+    record = _prepare(run, bucket.as_uri(), resume=True)
+    _resume_skipping(run, bucket.as_uri(), run_id, own, [6], capsys.readouterr().err, record, why)
+
+
+def test_a_marker_of_another_checkpoint_is_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """checkpoint-4 copied to checkpoint-6 in the bucket, marker and all: not checkpoint-6's."""
+    bucket = tmp_path / "bucket"
+    run, run_id, own = _run_with_copies(tmp_path, bucket.as_uri())
+    shutil.rmtree(bucket / run_id / "checkpoint-6")
+    shutil.copytree(bucket / run_id / "checkpoint-4", bucket / run_id / "checkpoint-6")
+    record = _prepare(run, bucket.as_uri(), resume=True)
+    _resume_skipping(run, bucket.as_uri(), run_id, own, [6], capsys.readouterr().err, record,
+                     "names checkpoint-4")
+
+
+def test_every_copy_bad_starts_from_step_1_naming_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bucket = tmp_path / "bucket"
+    uri = bucket.as_uri()
+    run, run_id, _own = _run_with_copies(tmp_path, uri)
+    (bucket / run_id / "checkpoint-6" / MARKER).write_bytes(b"[]")
+    (bucket / run_id / "checkpoint-4" / "model.safetensors").unlink()
+    (bucket / run_id / "checkpoint-2" / MARKER).unlink()  # an upload cut off
+    record = _prepare(run, uri, resume=True)
+    err = capsys.readouterr().err
+    assert record["resume_from"] is None and "no complete checkpoint: starting from step 1" in err
+    assert [s["checkpoint"] for s in record["resume_skipped"]] == [f"{uri}/{run_id}/checkpoint-{n}" for n in (6, 4, 2)]
+    assert "has no .thub-complete marker" in record["resume_skipped"][2]["reason"]
+    assert "Traceback" not in err and not any((run / "checkpoints").iterdir())

@@ -12,6 +12,11 @@ file checked against the marker's size and sha256 and the whole checked as ``--r
 one, then renamed into place (a fetch cut off never looks like a checkpoint). A remote copy that fails
 those checks is skipped for the next older one. Only the HF Trainer layout (``checkpoint-N``) is
 fetched back; another layout's remote copies are listed as not fetched.
+
+Each copy passed over is named with why (stderr, and ``thub_run.json`` ``resume_skipped``): no marker; a
+marker that does not read as JSON, is not the shape thub writes (:func:`marker_problem`), names another
+folder or another run; a listed file missing or different. The next older copy is tried; the storage's
+own errors (access, network) stop the resume instead, since they say nothing about a copy.
 """
 
 from __future__ import annotations
@@ -32,13 +37,28 @@ from thub.runner.rundir import NEW_RUN_ID
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
+#: the largest marker read (a marker lists each file with its size and sha256: ~150 bytes a file)
+MARKER_LIMIT = 64 << 20
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass
+class RemoteCopy:
+    """One remote ``checkpoint-N`` folder: its marker as read (None: none that reads), and why it cannot
+    be used as it stands (None: its marker reads; the marker's shape, run and files are checked later)."""
+
+    step: int
+    name: str
+    marker: Any = None
+    problem: str | None = None
+
+
 @dataclass
 class RemoteListing:
-    """What ``checkpoint_storage`` holds: complete ``checkpoint-N`` copies (step, name, marker), newest
-    first; folders without a marker; other entries (not fetched back)."""
+    """What ``checkpoint_storage`` holds: its ``checkpoint-N`` copies, newest first, each with its marker or
+    why it has none that reads; other entries (not fetched back)."""
 
-    complete: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
-    unmarked: list[str] = field(default_factory=list)
+    copies: list[RemoteCopy] = field(default_factory=list)
     other: list[str] = field(default_factory=list)
 
 
@@ -46,6 +66,21 @@ def _refuse(uri: str, what: str, exc: Exception) -> ThubError:
     return ThubError(f"checkpoint_storage {redact_text(uri)}: cannot {what} ({type(exc).__name__}: "
                      f"{redact_text(str(exc))}); --resume would not know whether a newer checkpoint is there: "
                      "fix the access, or resume without checkpoint_storage to continue from the local ones")
+
+
+#: a folder without its marker: an upload cut off (said as such, never used)
+UNMARKED = f"has no {MARKER} marker (an upload that did not finish)"
+
+
+def _read_marker(fs: Any, path: str) -> tuple[Any, str | None]:
+    """The marker at ``path`` as JSON, or (None, why it does not read); the storage's own errors raise."""
+    size = fs.size(path)
+    if isinstance(size, int) and size > MARKER_LIMIT:
+        return None, f"its {MARKER} marker is {size} bytes, more than thub ever writes ({MARKER_LIMIT})"
+    try:
+        return json.loads(fs.cat_file(path)), None
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested past the parser's depth
+        return None, f"its {MARKER} marker does not read as JSON ({type(exc).__name__}: {str(exc)[:120]})"
 
 
 def list_remote(uri: str) -> RemoteListing:
@@ -68,21 +103,72 @@ def list_remote(uri: str) -> RemoteListing:
                 continue
             marker = f"{root}/{name}/{MARKER}"
             if not fs.exists(marker):
-                listing.unmarked.append(name)
+                listing.copies.append(RemoteCopy(int(match.group(1)), name, problem=UNMARKED))
                 continue
-            try:
-                content = json.loads(fs.cat_file(marker))
-            except ValueError:
-                listing.unmarked.append(name)  # a marker that does not read is no marker
-                continue
-            listing.complete.append((int(match.group(1)), name, content))
+            content, problem = _read_marker(fs, marker)
+            listing.copies.append(RemoteCopy(int(match.group(1)), name, content, problem))
     except ThubError:
         raise
     except Exception as exc:  # noqa: BLE001 - the storage's own error, named
         raise _refuse(uri, "be listed", exc) from None
-    listing.complete.sort(key=lambda item: item[0], reverse=True)
-    listing.unmarked.sort()
+    listing.copies.sort(key=lambda copy: copy.step, reverse=True)
     return listing
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind, as a marker's problem names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    return {dict: "an object", list: "a list", str: "a string", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def marker_problem(content: Any, name: str) -> str | None:
+    """Why ``content`` is not a marker thub writes for the folder ``name`` (None: it is): a JSON object
+    with ``thub_mirror: 1``, its own folder's ``name``, and ``files``, a non-empty list of ``{path, bytes,
+    sha256}`` with relative paths inside the checkpoint, each once."""
+    label = f"its {MARKER} marker"
+    if not isinstance(content, dict):
+        return f"{label} is not a JSON object ({_kind(content)})"
+    if content.get("thub_mirror") != 1:
+        return f"{label} is not one thub writes (no thub_mirror: 1)"
+    files = content.get("files")
+    if not isinstance(files, list):
+        return f"{label}'s files is not a list ({_kind(files)})"
+    if not files:
+        return f"{label} lists no files"
+    paths: set[str] = set()
+    for index, entry in enumerate(files):
+        where = f"{label}'s files[{index}]"
+        if not isinstance(entry, dict):
+            return f"{where} is not an object ({_kind(entry)})"
+        path, size, digest = entry.get("path"), entry.get("bytes"), entry.get("sha256")
+        if not isinstance(path, str) or not path.strip() or "\x00" in path:
+            return f"{where}.path is not a file path ({_kind(path)})"
+        rel = PurePosixPath(path)
+        if rel.is_absolute() or ".." in rel.parts:
+            return f"{where}.path {path[:120]} is outside the checkpoint"
+        if rel.as_posix() in paths:
+            return f"{where}.path {path[:120]} is listed twice"
+        paths.add(rel.as_posix())
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            shown_size = size if isinstance(size, int) and not isinstance(size, bool) else _kind(size)
+            return f"{where}.bytes is not a size in bytes ({shown_size})"
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            return f"{where}.sha256 is not 64 hex digits"
+    for path in paths:
+        folder = next((parent for parent in PurePosixPath(path).parents if parent.as_posix() in paths), None)
+        if folder is not None:
+            return f"{label} lists {folder.as_posix()[:120]} as a file and as a folder"
+    if content.get("name") != name:
+        named = content.get("name")
+        shown = named[:120] if isinstance(named, str) else _kind(named)
+        return f"{label} names {shown}, not {name} (a copy of another folder's)"
+    if content.get("run_id") is not None and not isinstance(content.get("run_id"), str):
+        return f"{label}'s run_id is not a string ({_kind(content.get('run_id'))})"
+    return None
 
 
 def _sha256(path: Path) -> str:
@@ -93,29 +179,36 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def fetch(uri: str, name: str, marker: dict[str, Any], checkpoints: Path) -> tuple[Path | None, str | None]:
+def fetch(uri: str, name: str, marker: Any, checkpoints: Path) -> tuple[Path | None, str | None]:
     """Download ``uri/name`` into ``checkpoints/name``; (path, None), or (None, why it is not usable).
 
-    The files land in ``checkpoints/.thub-fetch-<name>`` and are checked (sizes, sha256, then
+    The marker is checked first (:func:`marker_problem`); the files land in ``checkpoints/.thub-fetch-<name>``
+    and are checked (each listed file there, sizes, sha256, then
     :func:`thub.runner.checkpoints.checkpoint_problem`) before the folder is renamed into place; a local
-    incomplete folder of that name is moved to ``checkpoints.incomplete/`` first (kept, not deleted)."""
+    incomplete folder of that name is moved to ``checkpoints.incomplete/`` first (kept, not deleted). The
+    storage's own errors (access, network) raise ThubError: they say nothing about the copy."""
     from thub.runner.checkpoints import checkpoint_problem
 
-    files = marker.get("files")
-    if not isinstance(files, list) or not files:
-        return None, f"its {MARKER} lists no files"
+    problem = marker_problem(marker, name)
+    if problem is not None:
+        return None, problem
     tmp = checkpoints / f".thub-fetch-{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         fs, root = open_storage(uri)
-        for entry in files:
-            rel = PurePosixPath(str(entry["path"]))
-            if rel.is_absolute() or ".." in rel.parts:
-                return None, f"its {MARKER} names a path outside the checkpoint ({rel})"
+        for entry in marker["files"]:
+            rel = PurePosixPath(entry["path"])
+            remote = f"{root}/{name}/{rel.as_posix()}"
             local = tmp.joinpath(*rel.parts)
             local.parent.mkdir(parents=True, exist_ok=True)
-            fs.get_file(f"{root}/{name}/{rel.as_posix()}", str(local))
-            if local.stat().st_size != entry.get("bytes") or _sha256(local) != entry.get("sha256"):
+            try:
+                size = fs.size(remote)
+                if size != entry["bytes"]:  # before the download: a listed file far larger is not fetched
+                    return None, f"{rel} differs from its {MARKER} entry (size: {size} bytes, listed {entry['bytes']})"
+                fs.get_file(remote, str(local))
+            except FileNotFoundError:
+                return None, f"{rel} is listed in its {MARKER} marker but is not there"
+            if local.stat().st_size != entry["bytes"] or _sha256(local) != entry["sha256"]:
                 return None, f"{rel} differs from its {MARKER} entry (size or sha256)"
         problem = checkpoint_problem(tmp)
         if problem is not None:
@@ -130,8 +223,6 @@ def fetch(uri: str, name: str, marker: dict[str, Any], checkpoints: Path) -> tup
             dest.rename(target)
         tmp.rename(dest)
         return dest, None
-    except (KeyError, TypeError) as exc:
-        return None, f"its {MARKER} does not read ({exc})"
     except Exception as exc:  # noqa: BLE001 - the storage's own error, named
         raise _refuse(uri, f"fetch {name}", exc) from None
     finally:
@@ -144,6 +235,7 @@ def _not_ours(marker: dict[str, Any], run_id: str | None) -> str | None:
     theirs = marker.get("run_id")
     if theirs == run_id:
         return None
+    theirs = str(theirs)[:128] if theirs is not None else None
     if run_id is None:
         return f"its {MARKER} marker belongs to run {theirs} (this run was started by an older thub and has none)"
     if theirs is None:
@@ -166,23 +258,25 @@ def newer_remote(uri: str, checkpoints: Path, local_step: int | None, say: Any =
         say(f"checkpoint_storage: this run was started by an older thub (no run_id in thub_run.json): its "
             f"copies are read from {shown}/checkpoint-N, where that thub wrote them")
     listing = list_remote(prefix)
-    for name in listing.unmarked:
-        say(f"checkpoint_storage: {shown}/{name} has no {MARKER} marker (an upload that did not finish): "
-            "never used")
     # at the top of a URI an older thub wrote to, newer runs' prefixes are not this run's business
     other = sorted(name for name in listing.other if run_id is not None or not NEW_RUN_ID.fullmatch(name))
     if other:
         say(f"checkpoint_storage: {', '.join(other)} in {shown} are not checkpoint-N folders: "
             "not fetched back (the backend's own layout resumes from the local copy only)")
-    for step, name, marker in listing.complete:
-        if local_step is not None and step <= local_step:
+    for copy in listing.copies:
+        if local_step is not None and copy.step <= local_step:
             return None
-        why = _not_ours(marker, run_id)
+        where = f"{shown}/{copy.name}"
+        if copy.problem == UNMARKED:
+            say(f"checkpoint_storage: {where} {UNMARKED}: never used")
+            passed.append({"checkpoint": where, "reason": UNMARKED})
+            continue
+        why = copy.problem or marker_problem(copy.marker, copy.name) or _not_ours(copy.marker, run_id)
         if why is None:
             checkpoints.mkdir(parents=True, exist_ok=True)
-            path, why = fetch(prefix, name, marker, checkpoints)
+            path, why = fetch(prefix, copy.name, copy.marker, checkpoints)
             if path is not None:
-                return path, step, f"{shown}/{name}"
-        passed.append({"checkpoint": f"{shown}/{name}", "reason": why or "not usable"})
-        say(f"warning: checkpoint_storage: {shown}/{name} not used: {why}")
+                return path, copy.step, where
+        passed.append({"checkpoint": where, "reason": why or "not usable"})
+        say(f"warning: checkpoint_storage: {where} not used: {why}")
     return None
