@@ -97,8 +97,8 @@ def planned_prefix(uri: str, run_dir: Path) -> dict[str, Any]:
     from thub.surface import option
 
     shown = redact_text(uri).rstrip("/")
-    fresh = (f"a new run gets its own run id when it starts (<run directory name>-<UTC time>-<8 hex digits>, "
-             f"e.g. {new_run_id(run_dir)})")
+    fresh = (f"a new run gets its own run id when it starts: <run directory name>-<UTC time>-<8 hex digits>, "
+             f"e.g. {new_run_id(run_dir)}")
     directory = RunDirectory(Path(run_dir))
     if not directory.record.is_file():
         return {"uri": shown, "prefix": f"{shown}/<run-id>", "run_id": None, "note": fresh}

@@ -26,7 +26,7 @@ def show_plan(data: dict[str, Any], as_json: bool, footer: str | None = "Dry run
         out.print(f"training-hub name {note}", markup=False)
     if data.get("checkpoint_storage"):  # where this run's copies go (URI/<run-id>/checkpoint-N)
         storage = data["checkpoint_storage"]
-        out.print(f"checkpoint_storage: checkpoints go to {storage['prefix']}/checkpoint-N ({storage['note']})",
+        out.print(f"checkpoint_storage: checkpoints go to {storage['prefix']}/checkpoint-N; {storage['note']}",
                   markup=False, highlight=False)
     count = data["data"]["rows"]
     out.print(f"\n[bold]Data[/bold]: {count} {data['data']['kind']} row{'s' if count != 1 else ''}, validated "
