@@ -16,6 +16,7 @@ file is complete: a failure leaves nothing half-written.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -311,9 +312,27 @@ def _groups(tensors: list[OutTensor]) -> list[list[OutTensor]]:
     return _pack(tensors, max(max(t.nbytes for t in tensors), 16 * 2**20))
 
 
+def _needed_bytes(plan: Plan) -> int:
+    """What the written folder takes: every shard (tensors and header) and the copied side files."""
+    headers = sum(len(_header(shard)) for shard in plan.shards)
+    return sum(s.nbytes for s in plan.shards) + headers + sum(o.stat().st_size for _, o in plan.copied) + (1 << 16)
+
+
+def _gib(size: int) -> str:
+    return f"{size / (1 << 30):.2f} GiB" if size >= 1 << 28 else f"{size / (1 << 20):.1f} MiB"
+
+
 def write(plan: Plan) -> dict[str, Any]:
-    """Write the plan into a temporary folder beside ``plan.out`` and rename it there at the end."""
+    """Write the plan into a temporary folder beside ``plan.out`` and rename it there at the end.
+
+    Refused (UsageError, nothing left behind) when the disk has too little room for it, when it
+    fills up while writing, and when another process wrote ``plan.out`` meanwhile (two consolidates
+    into one folder: the first to finish keeps it, whole)."""
     plan.out.parent.mkdir(parents=True, exist_ok=True)
+    need, free = _needed_bytes(plan), shutil.disk_usage(plan.out.parent).free
+    if free < need:
+        raise UsageError(f"--out {plan.out}: {plan.out.parent} has {_gib(free)} free, the consolidated model "
+                         f"needs {_gib(need)}; nothing was written")
     tmp = plan.out.parent / f".{plan.out.name}.thub-partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -323,6 +342,15 @@ def write(plan: Plan) -> dict[str, Any]:
         if plan.out.exists():
             plan.out.rmdir()  # planned empty; an entry that appeared since makes this fail, as it should
         os.replace(tmp, plan.out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise UsageError(f"--out {plan.out}: the disk filled up while writing ({exc.strerror}; the model needs "
+                             f"{_gib(need)}); nothing was written") from None
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR) and plan.out.exists():
+            raise UsageError(f"--out {plan.out}: another process wrote it while this consolidate ran; its folder "
+                             "was kept and nothing of this run was") from None
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
