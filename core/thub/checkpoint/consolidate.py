@@ -339,6 +339,9 @@ def write(plan: Plan) -> dict[str, Any]:
     try:
         _write_shards(plan, tmp)
         _write_side_files(plan, tmp)
+        from thub.checkpoint.manifest import write_manifest
+
+        write_manifest(tmp, "thub checkpoint consolidate")  # last: what verify and push check the folder against
         if plan.out.exists():
             plan.out.rmdir()  # planned empty; an entry that appeared since makes this fail, as it should
         os.replace(tmp, plan.out)
