@@ -18,11 +18,12 @@ Targets (:func:`parse_target`):
   credentials and ``AWS_ENDPOINT_URL`` as those libraries read them. The target must be new or
   empty; the card is written last.
 
-What is sent: every file under DIR except the trainer's resume state
-(:func:`thub.checkpoint.export.is_training_state`), hidden folders, and any file that looks like
-a secret (:func:`secret_finding`: a credentials file by name, or content holding a secret-named
-value, URI credentials or a known token shape, judged with :mod:`thub.redact`); a ``README.md``
-there is replaced by the card (:mod:`thub.checkpoint.card`). ``--dry-run`` lists exactly that.
+What is sent (:mod:`thub.checkpoint.collect`): every file under DIR except the trainer's resume state,
+hidden folders, links that leave DIR (never followed: each is named), and any file that looks like a
+secret by its name or its content (private keys, token shapes, secret values); a ``README.md`` there is
+replaced by the card (:mod:`thub.checkpoint.card`). ``--dry-run`` lists exactly that, and every transport
+sends exactly those files, each as it resolves when sent (:func:`thub.checkpoint.collect.sendable`).
+A file:// push writes the usual modes (0777/0666 less the umask) and keeps a private file private.
 
 Verification: the ``export`` entry of the run's ``result.json`` when ``thub train --export``
 wrote DIR and verified it, else :func:`thub.checkpoint.verify.verify` runs now; a folder that did
@@ -32,7 +33,6 @@ not pass is refused (exit 2) unless ``--force``.
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -40,27 +40,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from thub.checkpoint.collect import (  # noqa: F401 - collect and secret_finding are this module's API too
+    collect,
+    copy_local,
+    secret_finding,
+    sendable,
+    staged,
+    write_new,
+)
 from thub.errors import ThubError, UsageError
-from thub.redact import is_secret_name, output_secrets, redact, redact_text
+from thub.redact import redact, redact_text
 
 SCHEMES = ("hf", "mlflow", "s3", "gs", "file")
-#: file names that hold credentials whatever their content
-SECRET_FILES = frozenset({".env", ".netrc", ".git-credentials", "credentials", "credentials.json", ".pypirc",
-                          ".npmrc", "id_rsa", "id_ed25519", "id_ecdsa", ".htpasswd"})
-SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".keytab")
-#: weight/binary files: never read for secrets (their bytes are numbers)
-BINARY_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model", ".npy", ".npz", ".msgpack", ".h5",
-                   ".ckpt", ".distcp", ".png", ".jpg", ".onnx")
-#: token shapes of well-known services (Hugging Face, AWS key id, GitHub, OpenAI-style, Slack)
-TOKEN_SHAPES = re.compile(r"\b(hf_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}|"
-                          r"sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,})\b")
-# NAME = VALUE, NAME: VALUE, "NAME": "VALUE" with a credential-like value (not "<pad>", "<|im_end|>")
-_ASSIGNMENT = re.compile(r"""["']?([A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[:=]\s*["']?([A-Za-z0-9_\-+/=.]{8,})""")
-#: text files larger than this are not read for secrets
-SCAN_LIMIT = 64 << 20
-#: a tokenizer's vocabulary: any string can be a token (``?token=``, ``://user@``), so only secret values
-#: themselves (an environment secret's value, a known token shape) count there, never name patterns
-VOCABULARY_FILES = frozenset({"tokenizer.json", "vocab.json", "vocab.txt", "merges.txt", "added_tokens.json"})
 MLFLOW_EXPERIMENT = "thub-push"
 #: past these a Hub push is huggingface_hub's upload_folder (with hf_xet: committed in batches, resumed by
 #: running it again), else one create_commit
@@ -117,67 +108,6 @@ def parse_target(uri: str) -> Target:
     if scheme in ("s3", "gs") and not rest.strip("/"):
         raise UsageError(f"--to {uri}: no bucket ({scheme}://BUCKET/PREFIX)")
     return Target(scheme, uri, rest.rstrip("/") if scheme != "file" else rest.rstrip("/") or "/")
-
-
-# --- what is sent ---------------------------------------------------------------------------------
-
-def secret_finding(path: Path, literals: list[str] | None = None) -> str | None:
-    """Why ``path`` must not be uploaded as a secret (never the value itself), or None."""
-    name = path.name.lower()
-    if name in SECRET_FILES or name.startswith(".env") or name.endswith(SECRET_SUFFIXES):
-        return f"a credentials file by its name ({path.name})"
-    if name.endswith(BINARY_SUFFIXES):
-        return None
-    try:
-        if path.stat().st_size > SCAN_LIMIT:
-            return None
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None  # not text: weights or another binary format
-    literals = output_secrets() if literals is None else literals
-    vocabulary = name in VOCABULARY_FILES
-    for number, line in enumerate(text.splitlines(), 1):
-        if any(literal in line for literal in literals):
-            return f"line {number} holds the value of a secret environment variable"
-        if TOKEN_SHAPES.search(line):
-            return f"line {number} holds an access token"
-        if vocabulary:
-            continue
-        if redact_text(line) != line:
-            return f"line {number} holds URI credentials or a secret query value"
-        for match in _ASSIGNMENT.finditer(line):
-            value = match.group(2)
-            if is_secret_name(match.group(1)) and re.search(r"\d", value) and re.search(r"[A-Za-z]", value):
-                return f"line {number} holds a value named {match.group(1)}"
-    return None
-
-
-def collect(folder: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """The files under ``folder`` to send (relative POSIX paths, sorted) and those left out, each with why."""
-    from thub.checkpoint.card import PLOT_NAME
-    from thub.checkpoint.export import is_training_state
-
-    literals = output_secrets()
-    send: list[str] = []
-    skipped: list[dict[str, str]] = []
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder).as_posix()
-        if any(part.startswith(".") for part in path.relative_to(folder).parts[:-1]):
-            continue  # hidden folders (.cache/huggingface, .git): tool state, not the model
-        if not path.is_file():
-            continue
-        if is_training_state(path.name):
-            skipped.append({"path": rel, "why": "training state (optimizer, scheduler, RNG or trainer state): "
-                                                "not needed to serve the model"})
-            continue
-        secret = secret_finding(path, literals)
-        if secret:
-            skipped.append({"path": rel, "why": f"looks like a secret: {secret}"})
-        elif rel in ("README.md", PLOT_NAME):
-            skipped.append({"path": rel, "why": "replaced by thub's model card"})
-        else:
-            send.append(rel)
-    return send, skipped
 
 
 # --- the run and the verify result ----------------------------------------------------------------
@@ -282,19 +212,13 @@ def _push_hf(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, Any]:
     folder = Path(plan["source"])
     message = f"thub checkpoint push of {folder.name}"
     if large_folder(plan["files"]):
-        with tempfile.TemporaryDirectory(prefix="thub-push-") as staging:
-            # the files as they are sent (links to DIR's, nothing copied) beside the card: upload_folder
-            # sends a folder whole, and DIR itself is not written into
-            for f in plan["files"]:
-                (Path(staging) / f["path"]).parent.mkdir(parents=True, exist_ok=True)
-                (Path(staging) / f["path"]).symlink_to((folder / f["path"]).resolve())
-            for name, data in extras.items():
-                (Path(staging) / name).write_bytes(data)
-            info = api.upload_folder(repo_id=target.location, folder_path=staging, repo_type="model",
+        # upload_folder sends a folder whole: the collected files (links to them) beside the card
+        with staged(folder, plan["files"], extras) as staging:
+            info = api.upload_folder(repo_id=target.location, folder_path=str(staging), repo_type="model",
                                      revision=target.revision, commit_message=message)
         return {"revision": getattr(info, "oid", None), "url": getattr(info, "commit_url", None) or str(repo),
                 "upload": "upload_folder"}
-    operations = [CommitOperationAdd(path_in_repo=f["path"], path_or_fileobj=str(folder / f["path"]))
+    operations = [CommitOperationAdd(path_in_repo=f["path"], path_or_fileobj=str(sendable(folder, f["path"])))
                   for f in plan["files"]]
     operations += [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in extras.items()]
     info = api.create_commit(target.location, operations=operations, repo_type="model", revision=target.revision,
@@ -333,8 +257,10 @@ def _push_mlflow(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, An
     target: Target = plan["_target"]
     run_dir = Path(plan["run_dir"]) if plan["run_dir"] else None
     uri = _tracking_uri(target, run_dir)
-    client = MlflowClient(tracking_uri=uri, registry_uri=target.options.get("registry_uri") or uri)
+    # before any MlflowClient opens the store: a new SQLite store made by one gets MLflow's default
+    # artifact root, ./mlruns of whatever folder the push ran in, for its Default experiment
     experiment = ensure_experiment(uri, target.options.get("experiment") or MLFLOW_EXPERIMENT)
+    client = MlflowClient(tracking_uri=uri, registry_uri=target.options.get("registry_uri") or uri)
     facts = plan["card_facts"]
     run = client.create_run(experiment, run_name=f"push {Path(plan['source']).name}",
                             tags={"thub.source": plan["source"], "thub.run_dir": plan["run_dir"] or "",
@@ -354,14 +280,8 @@ def _push_mlflow(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, An
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"]
         if metrics:
             client.log_batch(run_id, metrics=metrics)
-        folder = Path(plan["source"])
-        for f in plan["files"]:
-            parent = Path(f["path"]).parent.as_posix()
-            client.log_artifact(run_id, str(folder / f["path"]), "model" if parent == "." else f"model/{parent}")
-        with tempfile.TemporaryDirectory(prefix="thub-push-") as staging:
-            for name, data in extras.items():
-                (Path(staging) / name).write_bytes(data)
-                client.log_artifact(run_id, str(Path(staging) / name), "model")
+        with staged(Path(plan["source"]), plan["files"], extras) as staging:
+            client.log_artifacts(run_id, str(staging), "model")
         client.set_terminated(run_id)
     except BaseException:
         client.set_terminated(run_id, status="FAILED")
@@ -392,12 +312,19 @@ def _push_fsspec(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, An
     if fs.exists(root) and fs.isdir(root) and fs.ls(root, detail=False):
         raise UsageError(f"--to {target.shown}: already holds files; push to a new or empty path")
     folder = Path(plan["source"])
+    local = target.scheme == "file"  # written here: the usual modes, a private file kept private (copy_local)
     for f in plan["files"]:
         parent = Path(f["path"]).parent.as_posix()
         fs.makedirs(root if parent == "." else f"{root}/{parent}", exist_ok=True)
-        fs.put_file(str(folder / f["path"]), f"{root}/{f['path']}")
+        if local:
+            copy_local(sendable(folder, f["path"]), Path(root) / f["path"])
+        else:
+            fs.put_file(str(sendable(folder, f["path"])), f"{root}/{f['path']}")
     for name in sorted(extras, key=lambda n: n == "README.md"):  # the card last: the push is whole when it is there
-        fs.pipe_file(f"{root}/{name}", extras[name])
+        if local:
+            write_new(Path(root) / name, extras[name])
+        else:
+            fs.pipe_file(f"{root}/{name}", extras[name])
     return {"revision": None, "url": target.shown}
 
 

@@ -40,7 +40,8 @@ def push(directory: str, to: str, public: bool, force: bool, run: str | None, la
          cluster_file: str | None, after: str | None, wall_time: str | None, job_dir: str | None, as_json: bool,
          dry_run: bool) -> None:
     """Sends every file of DIR but the trainer's resume state (optimizer, scheduler, RNG, trainer
-    state), hidden folders and files that look like secrets (each left out is named), plus README.md:
+    state), hidden folders, links that leave DIR (never followed) and files that look like secrets by
+    name or content (private keys, tokens; each left out is named), plus README.md:
     the model card built from the run. DIR must have passed thub checkpoint verify (the run's
     export record, else verify runs now): exit 2 otherwise, unless --force. Docs: docs/checkpoints.md#push"""
     from thub.checkpoint import push as engine
