@@ -13,11 +13,11 @@ the base model's own card names one). Everything shown goes through :func:`thub.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+from thub.checkpoint.manifest import sha256_of
 from thub.redact import redact, redact_entries
 
 #: the loss plot's file name in the pushed folder (referenced from the card)
@@ -25,15 +25,6 @@ PLOT_NAME = "thub_loss.png"
 #: rows of the loss table (the curve is sampled evenly, first and last step always shown)
 LOSS_ROWS = 12
 _HUB_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-
-
-def sha256_file(path: Path) -> str:
-    """The sha256 of the file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def count_rows(path: Path) -> int | None:
@@ -64,13 +55,17 @@ def count_rows(path: Path) -> int | None:
 
 
 def data_files(record: dict[str, Any], parameters: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each training data file: ``path``, ``rows``, ``sha256`` (of its bytes now), ``exists``.
+    """Each training data file: ``path``, ``rows``, ``sha256``, ``exists`` (and ``changed``).
 
-    The files are those ``thub_run.json`` recorded as validated (``data.files``), else the
-    ``data_path`` parameter. A file no longer there is listed with ``exists: false``.
+    The files are those ``thub_run.json`` recorded as validated (``data.files``), each with the
+    sha256 recorded when training validated it: the card says what trained, not what the file holds
+    at push time. A file that changed since is marked ``changed: true`` with ``sha256_now`` (its
+    rows are not counted: they are not the rows that trained). Without a record, the ``data_path``
+    parameter, hashed now. A file no longer there is listed with ``exists: false``.
     """
     recorded = (record.get("data") or {}).get("files") or {}
-    paths = list(recorded) if isinstance(recorded, dict) and recorded else []
+    recorded = recorded if isinstance(recorded, dict) else {}
+    paths = list(recorded)
     if not paths and parameters.get("data_path"):
         value = parameters["data_path"]
         paths = [str(v) for v in value] if isinstance(value, list) else [str(value)]
@@ -79,15 +74,21 @@ def data_files(record: dict[str, Any], parameters: dict[str, Any]) -> list[dict[
     launched = record.get("working_dir") if isinstance(record.get("working_dir"), str) else None
     found = []
     for name in paths:
+        trained = recorded.get(name) if isinstance(recorded.get(name), str) else None
         path = Path(name)
         if not path.is_absolute() and not path.exists() and launched:
             path = Path(launched) / name  # relative to where training ran (thub_run.json working_dir)
         if path.is_file():
-            found.append({"path": name, "rows": count_rows(path), "sha256": sha256_file(path), "exists": True})
-        elif is_dataset_id(name):  # a Hugging Face dataset read from the hub or its cache: no file to hash
+            now = sha256_of(path)
+            entry = {"path": name, "rows": count_rows(path) if trained in (None, now) else None,
+                     "sha256": trained or now, "exists": True}
+            if trained and now != trained:
+                entry.update(changed=True, sha256_now=now)
+            found.append(entry)
+        elif is_dataset_id(name) and not trained:  # a Hugging Face dataset read from the hub or its cache
             found.append({"path": name, "rows": None, "sha256": None, "exists": False, "dataset": True})
         else:
-            found.append({"path": name, "rows": None, "sha256": None, "exists": False})
+            found.append({"path": name, "rows": None, "sha256": trained, "exists": False})
     return found
 
 
@@ -213,9 +214,10 @@ def render(facts: dict[str, Any], plot: str | None = None) -> str:
     lines += ["", "## Data", ""]
     missing = "(not found from the folder push ran in)"
     rows = [[d["path"], "-" if d["rows"] is None else d["rows"],
-             d["sha256"] or ("(a Hugging Face dataset: no file to hash)" if d.get("dataset") else missing)]
+             (d["sha256"] or ("(a Hugging Face dataset: no file to hash)" if d.get("dataset") else missing))
+             + (" (as trained; the file has changed since)" if d.get("changed") else "")]
             for d in facts.get("data") or []]
-    lines += _table(["file", "rows", "sha256 of the file"], rows) if rows else ["No data file recorded."]
+    lines += _table(["file", "rows", "sha256 when trained"], rows) if rows else ["No data file recorded."]
     if facts.get("validated_rows") is not None:
         lines += ["", f"Rows validated by thub before training: {facts['validated_rows']}."]
     lines += ["", "## Metrics", ""]

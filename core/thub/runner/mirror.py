@@ -27,7 +27,6 @@ the bucket's own lifecycle rules are the place to expire old copies.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -51,7 +50,6 @@ STAGING = ".thub-mirror"
 #: checkpoints waiting for the worker; beyond this the oldest pending one is dropped (a newer one is queued)
 CAPACITY = 2
 WAIT_ENV = "THUB_MIRROR_WAIT"
-HASH_CHUNK = 8 << 20
 
 
 def check_storage_uri(value: str) -> str:
@@ -146,16 +144,11 @@ def local_problem(path: Path) -> str | None:
 
 
 def file_list(folder: Path) -> list[dict[str, Any]]:
-    """Every file under ``folder`` (relative POSIX path, bytes, sha256), sorted: the marker's ``files``."""
-    entries = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while chunk := handle.read(HASH_CHUNK):
-                digest.update(chunk)
-        entries.append({"path": path.relative_to(folder).as_posix(), "bytes": path.stat().st_size,
-                        "sha256": digest.hexdigest()})
-    return entries
+    """Every regular file under ``folder`` (relative POSIX path, bytes, sha256), sorted: the marker's
+    ``files`` (:func:`thub.checkpoint.manifest.file_entries`: the one listing of a folder's files)."""
+    from thub.checkpoint.manifest import file_entries
+
+    return file_entries(folder)
 
 
 def upload(fs: Any, root: str, folder: Path, name: str, step: int | None, *,

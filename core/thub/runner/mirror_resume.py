@@ -21,7 +21,6 @@ own errors (access, network) stop the resume instead, since they say nothing abo
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -29,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from thub.checkpoint.manifest import sha256_of
 from thub.errors import ThubError
 from thub.redact import redact_text
-from thub.runner.mirror import HASH_CHUNK, MARKER, open_storage, run_prefix
+from thub.runner.mirror import MARKER, open_storage, run_prefix
 from thub.runner.rundir import NEW_RUN_ID
 
 _NAME = re.compile(r"^checkpoint-(\d+)$")
@@ -171,14 +171,6 @@ def marker_problem(content: Any, name: str) -> str | None:
     return None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def fetch(uri: str, name: str, marker: Any, checkpoints: Path) -> tuple[Path | None, str | None]:
     """Download ``uri/name`` into ``checkpoints/name``; (path, None), or (None, why it is not usable).
 
@@ -208,7 +200,7 @@ def fetch(uri: str, name: str, marker: Any, checkpoints: Path) -> tuple[Path | N
                 fs.get_file(remote, str(local))
             except FileNotFoundError:
                 return None, f"{rel} is listed in its {MARKER} marker but is not there"
-            if local.stat().st_size != entry["bytes"] or _sha256(local) != entry["sha256"]:
+            if local.stat().st_size != entry["bytes"] or sha256_of(local) != entry["sha256"]:
                 return None, f"{rel} differs from its {MARKER} entry (size or sha256)"
         problem = checkpoint_problem(tmp)
         if problem is not None:
