@@ -171,3 +171,32 @@ def test_a_run_that_waits_for_the_store_lock_says_so_once(tmp_path: Path) -> Non
     assert f"pid {os.getpid()} (pytest creating the store)" in line and str(database) in line, line
     assert text.count("waiting for the MLflow store lock") == 1, text
     _check_store(uri, database, 1)
+
+
+def _thub(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "thub", *args], capture_output=True, text=True, env=_environ(),
+                          cwd=cwd, timeout=HANG_GUARD)
+
+
+DEEP = "[" * 100_000
+
+
+def test_eval_of_a_run_folder_whose_record_is_nested_too_deeply(tmp_path: Path) -> None:
+    """A run folder from anywhere: its ``thub_run.json`` nested 100,000 deep is a located exit 2."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "thub_run.json").write_text(DEEP)
+    task = tmp_path / "t.jsonl"
+    task.write_text('{"prompt": "q", "answer": "a"}\n')
+    done = _thub("eval", str(run), "--tasks", str(task))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"{run / 'thub_run.json'}: unreadable (nested too deeply" in done.stderr, done.stderr[-3000:]
+
+
+def test_eval_option_nested_too_deeply(tiny_model: Path, tmp_path: Path) -> None:
+    task = tmp_path / "t.jsonl"
+    task.write_text('{"prompt": "q", "answer": "a"}\n')
+    done = _thub("eval", str(tiny_model), "--tasks", str(task), "--out", str(tmp_path / "out"),
+                 "--option", f"limit_depth={DEEP}")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "--option limit_depth: the value is nested too deeply" in done.stderr, done.stderr[-3000:]

@@ -81,6 +81,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: unreadable ({exc})") from None
+    except RecursionError:  # a file from anywhere: deeper than Python's JSON reader goes
+        raise UsageError(f"{path}: unreadable (nested too deeply: more levels of arrays and objects than can be "
+                         "read)") from None
     if not isinstance(value, dict):
         raise UsageError(f"{path}: not a JSON object")
     return value
@@ -105,7 +108,7 @@ def _data_kind(run: Path, record: dict[str, Any], registry: Any) -> tuple[str | 
     meta = None
     try:
         meta = json.loads((run / DATA_DIR / "rows.thub.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         pass
     kinds = registry.data_kinds
     if isinstance(meta, dict) and isinstance(meta.get("kind"), str):

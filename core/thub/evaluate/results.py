@@ -45,7 +45,7 @@ def read_task_file(path: Path) -> dict[str, Any] | None:
     """A task's results file, None when it is absent or unreadable (a hand-edited file is replaced)."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) and isinstance(value.get("models"), dict) else None
 
@@ -62,7 +62,7 @@ def run_created(run_dir: str | Path) -> float | None:
     """The identity of the training run in ``run_dir``: ``thub_run.json``'s ``created`` (None: no run)."""
     try:
         value = json.loads((Path(run_dir) / "thub_run.json").read_text(encoding="utf-8")).get("created")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return _number(value)
 
@@ -176,7 +176,7 @@ def run_summary(run_dir: str | Path) -> dict[str, Any] | None:
     run = Path(run_dir)
     try:
         result = json.loads((run / "result.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         result = None
     if isinstance(result, dict) and isinstance(result.get("eval"), dict):
         return result["eval"]  # type: ignore[no-any-return]

@@ -73,6 +73,9 @@ def parse_options(values: tuple[str, ...] | list[str]) -> dict[str, Any]:
             options[key.strip()] = json.loads(raw)
         except ValueError:
             options[key.strip()] = raw
+        except RecursionError:  # deeper than Python's JSON reader goes: no string was meant either
+            raise UsageError(f"--option {key.strip()}: the value is nested too deeply (more levels of arrays and "
+                             "objects than can be read)") from None
     return options
 
 
@@ -120,7 +123,7 @@ def _merge(model: EvalModel, base: str | None, say: Callable[[str], None]) -> No
     target = Path(model.model_path)
     try:
         record = json.loads((target / MERGE_RECORD).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         record = None
     adapter_files = [p for p in Path(model.source).glob("adapter_model.*") if p.is_file()]
     fresh = bool(adapter_files) and (target / MERGE_RECORD).is_file() and all(

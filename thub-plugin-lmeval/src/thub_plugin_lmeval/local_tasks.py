@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,23 +82,45 @@ def _chat_row(messages: Any, where: str, problems: Problems) -> dict[str, str] |
     return {"system": system, "prompt": messages[-2]["content"], "answer": answer}
 
 
+#: what a row nested deeper than Python's JSON reader goes (~1,000 levels) is told
+TOO_DEEP = "nested too deeply (more levels of arrays and objects than can be read)"
+
+
+def json_error(exc: json.JSONDecodeError) -> str:
+    """``EXPECTED at column N``: some of json's messages end in "at" already ("Unterminated string
+    starting at"), which would read "at at column"."""
+    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """The checked rows of a JSONL task file; UsageError (exit 2) with ``file:line`` problems."""
+    """The checked rows of a JSONL task file; UsageError (exit 2) with ``file:line`` problems: a line
+    that is no UTF-8, no JSON or nested too deeply to read is one of them, never a traceback."""
     problems = Problems()
     rows: list[dict[str, str]] = []
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the task file ({exc.strerror or exc})") from None
     with handle:
-        for number, line in enumerate(handle, 1):
+        for number, raw in enumerate(handle, 1):
+            where = f"{path}:{number}"
+            if number == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                problems.error(where, "", f"expected UTF-8 text, found invalid byte at column {exc.start + 1}",
+                               kind="encoding")
+                continue
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                problems.error(where, "", f"not JSON ({exc.msg} at column {exc.colno})", kind="json")
+                problems.error(where, "", f"not JSON ({json_error(exc)})", kind="json")
+                continue
+            except RecursionError:
+                problems.error(where, "", TOO_DEEP, kind="json")
                 continue
             checked = _row(row, where, problems)
             if checked is not None:
@@ -115,12 +138,15 @@ def task_name(name: str) -> str:
 
 
 def write_task(name: str, source: Path, folder: Path, *, mode: str, apply_chat_template: bool,
-               max_gen_toks: int) -> tuple[str, Path]:
+               max_gen_toks: int, cut: Callable[[str], str] | None = None) -> tuple[str, Path]:
     """Check ``source`` and write ``folder/<task>.jsonl`` and ``folder/<task>.yaml``; returns the
-    lm-eval task name and the YAML path."""
+    lm-eval task name and the YAML path. ``cut`` (:class:`thub_plugin_lmeval.context.ContextCut`)
+    keeps of each prompt and system text what the model can read, before lm-eval tokenises it."""
     import yaml
 
     rows = read_rows(source)
+    if cut is not None:
+        rows = [{**row, "system": cut(row["system"]), "prompt": cut(row["prompt"])} for row in rows]
     folder.mkdir(parents=True, exist_ok=True)
     task = task_name(name)
     data = folder / f"{task}.jsonl"

@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from typing import Any
 from thub.errors import UsageError, did_you_mean
 from thub.evaluate import EvalRequest, EvalTask, TaskScore
 from thub_plugin_lmeval import hub
+from thub_plugin_lmeval.context import ContextCut
 from thub_plugin_lmeval.local_tasks import write_task
 from thub_plugin_lmeval.options import LmevalOptions, parse_options
 
@@ -116,6 +118,7 @@ def _plan(request: EvalRequest, options: LmevalOptions, tasks_dir: Path) -> list
     """Local JSONL files checked and written as harness tasks; YAML files and names as given."""
     planned = []
     jsonl = False
+    cut = ContextCut(request.model_path, request.max_seq_len)
     for task in request.tasks:
         if task.path is None:
             planned.append(_Planned(task, task.name))
@@ -123,8 +126,14 @@ def _plan(request: EvalRequest, options: LmevalOptions, tasks_dir: Path) -> list
         path = Path(task.path)
         if path.suffix == ".jsonl":
             jsonl = True
+            before = cut.cut
             name, _ = write_task(task.name, path, tasks_dir, mode=options.mode,
-                                 apply_chat_template=request.apply_chat_template, max_gen_toks=options.max_gen_toks)
+                                 apply_chat_template=request.apply_chat_template, max_gen_toks=options.max_gen_toks,
+                                 cut=cut)
+            if cut.cut > before:
+                # lm-eval reads only the context's last tokens anyway; said so the scores are not a surprise
+                print(f"thub: {path}: {cut.cut - before} prompt or system text(s) longer than the model's context "
+                      f"({cut.tokens} tokens) cut to their end before tokenising", file=sys.stderr, flush=True)
             planned.append(_Planned(task, name))
         elif path.suffix in (".yaml", ".yml"):
             _check_yaml(path)
