@@ -200,3 +200,17 @@ def test_eval_option_nested_too_deeply(tiny_model: Path, tmp_path: Path) -> None
                  "--option", f"limit_depth={DEEP}")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "--option limit_depth: the value is nested too deeply" in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("depth", [150, 40_000])
+def test_a_training_hub_json_flag_nested_too_deeply_names_the_flag(depth: int, tmp_path: Path) -> None:
+    """``thub osft --lr-scheduler-kwargs '[[[[...'`` (Training Hub's command line): exit 2 naming the
+    flag, as deep as a YAML config file may nest (100 levels), never a RecursionError."""
+    value = "[" * depth + "]" * depth
+    done = _thub("osft", "--model-path", str(tmp_path / "model"), "--data-path", str(tmp_path / "d.jsonl"),
+                 "--ckpt-output-dir", str(tmp_path / "out"), "--unfreeze-rank-ratio", "0.5",
+                 "--effective-batch-size", "2", "--max-tokens-per-gpu", "100", "--max-seq-len", "64",
+                 "--learning-rate", "1e-5", "--lr-scheduler-kwargs", value, "--dry-run")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "--lr-scheduler-kwargs: expected JSON nested at most 100 levels deep" in done.stderr, done.stderr[-2000:]
+    assert "RecursionError" not in done.stderr

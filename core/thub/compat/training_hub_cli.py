@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from thub.config.yamlfile import MAX_YAML_NESTING
 from thub.errors import UsageError
 
 # subcommand -> Training Hub function (its Python name)
@@ -194,6 +195,19 @@ def resolve_dotted_path(path: str) -> Any:
     raise ValueError(f"cannot resolve {path!r}: no importable module prefix (is it on PYTHONPATH?)")
 
 
+def _nesting(value: Any) -> int:
+    """How deep ``value``'s lists and dicts nest (0 for a scalar), walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def coerce(value: Any, kind: str) -> Any:
     """A flag's or a YAML value's Python value, as Training Hub's ``_coerce_value`` makes it
     (ValueError with the reason otherwise)."""
@@ -210,9 +224,19 @@ def coerce(value: Any, kind: str) -> Any:
     if base == "json":
         if isinstance(value, str):
             try:
-                return json.loads(value)
+                parsed = json.loads(value)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"expected JSON: {exc}") from None
+            except RecursionError:  # deeper than Python's JSON reader goes (~1,000 levels)
+                parsed = None
+                deep = True
+            else:
+                deep = _nesting(parsed) > MAX_YAML_NESTING
+            if deep:
+                # the limit of a --config file's values (thub.config.yamlfile): a flag holds the same
+                raise ValueError(f"expected JSON nested at most {MAX_YAML_NESTING} levels deep (arrays and objects), "
+                                 "found deeper")
+            return parsed
         return value
     if base == "bool":
         if isinstance(value, bool):
