@@ -2,26 +2,33 @@
 
 The checks, in order (each reported; the first failing one is the command's error, exit 1):
 
-1. ``complete``: the folder is an HF model whose every weight file (every shard its index names) is whole;
-2. ``config``: ``config.json`` loads with ``AutoConfig``;
-3. ``shapes``: every tensor the model built from the config on the meta device has (no memory) is
-   saved with that shape, and nothing else is saved (read from the safetensors headers);
-4. ``finite``: every floating-point tensor is finite (no NaN/inf), read one tensor at a time;
-5. ``tokenizer``: the tokenizer and chat template equal the base's (``--base``, a merge's base, or
+1. ``self-contained``: every file the folder names is in it: each shard its index lists is a
+   relative name with no ``..`` that resolves (links followed) inside the folder and is there, and
+   no file or folder in it is a link leading out (``push`` sends the folder's own files only).
+   When it fails, nothing else is read: the other checks are skipped;
+2. ``complete``: the folder is an HF model whose every weight file (every shard its index names) is whole;
+3. ``config``: ``config.json`` loads with ``AutoConfig``;
+4. ``shapes``: every tensor the model built from the config on the meta device has (no memory) is
+   saved with that shape, and nothing else is saved (read from the safetensors headers); a config
+   that builds no model fails it too. When it fails, the model is not loaded (``logits`` skipped);
+5. ``finite``: every floating-point tensor is finite (no NaN/inf), read one tensor at a time;
+6. ``tokenizer``: the tokenizer and chat template equal the base's (``--base``, a merge's base, or
    the training input of the thub run the folder belongs to) on a probe conversation with
    a tool call: both render it (text compared), both tokenize their rendering (ids compared);
-6. ``logits``: for a merge output (``thub_merge.json``) or with ``--source``, the logits on a
+7. ``logits``: for a merge output (``thub_merge.json``) or with ``--source``, the logits on a
    few probe prompts equal the source's (an adapter on its base, an HF model folder, or a sharded
    checkpoint loaded by its own library through ``thub.checkpoint.consolidate.source_state_dict``)
    within :data:`TOLERANCE`: both are computed in float32 on the CPU, so what is measured is what
    the merge or conversion changed, not the precision of the forward pass.
 
-A check with nothing to compare with (no base known) is ``skipped``, with why.
+A check with nothing to compare with (no base known), or not run because an earlier one failed,
+is ``skipped``, with why: every check is always listed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +36,7 @@ from typing import Any
 from thub.checkpoint.layouts import detect, weight_files
 from thub.checkpoint.merge import MERGE_RECORD, model_dtype
 from thub.errors import UsageError
+from thub.runner.checkpoints import INDEX_FILES, shard_name_problem
 
 #: allowed max |logit difference| / max(1, max |source logit|), by the verified model's stored dtype:
 #: float32 keeps the merged weights exactly up to summation order; 16-bit storage rounds each
@@ -38,6 +46,8 @@ TOLERANCE: dict[str, float] = {"float32": 1e-4, "float64": 1e-6, "float16": 5e-3
 PROBE_TEXTS = ("The capital of France is", "def fibonacci(n):\n    if n < 2:\n        return n")
 #: at most this many tokens of each probe (the comparison needs no long context)
 PROBE_TOKENS = 64
+#: the checks, in the order they run
+CHECKS = ("self-contained", "complete", "config", "shapes", "finite", "tokenizer", "logits")
 
 
 @dataclass
@@ -99,7 +109,72 @@ def plan_verify(folder: str | Path, base: str | None = None, source: str | None 
             "dtype": dtype, "base": base, "source": source,
             "tolerance": {"metric": "max |logit - source logit| / max(1, max |source logit|), float32 on the CPU",
                           "dtype": dtype, "value": TOLERANCE.get(dtype, 3e-2)},
-            "checks": ["complete", "config", "shapes", "finite", "tokenizer", "logits"]}
+            "checks": list(CHECKS)}
+
+
+def _inside(root: Path, path: Path) -> Path | None:
+    """Where ``path`` resolves (links followed) when that is inside ``root`` (resolved), else None."""
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):  # a link loop
+        return None
+    return resolved if resolved.is_relative_to(root) else None
+
+
+def outside_references(folder: Path) -> list[str]:
+    """What ``folder`` names or holds outside itself, one line each: a shard an index lists that is
+    absolute, has a ``..``, resolves outside the folder or is missing; a name in
+    ``tokenizer_config.json``'s ``fast_tokenizer_files`` that is absolute or has a ``..``; a file or
+    folder in it that is a link leading out. Nothing is opened but the index and tokenizer config."""
+    root = folder.resolve()
+    found = []
+    for index_name in INDEX_FILES:
+        index = folder / index_name
+        if not index.is_file():
+            continue
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            shards = sorted({str(v) if isinstance(v, str) else repr(v) for v in weight_map.values()})
+        except (OSError, ValueError, KeyError, AttributeError, TypeError):
+            found.append(f"{index_name} is unreadable (no weight_map of file names)")
+            continue
+        for shard in shards:
+            where = shard_name_problem(shard)
+            if where is None and _inside(root, folder / shard) is None:
+                where = f"a link to {_target(folder / shard)}, outside the folder"
+            elif where is None and not (folder / shard).is_file():
+                where = "no such file in the folder"
+            if where:
+                found.append(f"{index_name} names {shard!r}: {where}")
+    try:
+        names = json.loads((folder / "tokenizer_config.json").read_text()).get("fast_tokenizer_files") or []
+    except (OSError, ValueError, AttributeError):
+        names = []
+    for name in names if isinstance(names, list) else [names]:
+        if where := shard_name_problem(name):
+            found.append(f"tokenizer_config.json's fast_tokenizer_files names {name!r}: {where}")
+    for parent, folders, files in os.walk(folder):  # links to folders are listed, not entered
+        for name in sorted(folders + files):
+            entry = Path(parent) / name
+            if entry.is_symlink() and _inside(root, entry) is None:
+                found.append(f"{entry.relative_to(folder)} is a link to {_target(entry)}, outside the folder")
+    return found
+
+
+def _target(link: Path) -> str:
+    try:
+        return str(link.resolve())
+    except (OSError, RuntimeError):
+        return f"{os.readlink(link)} (a link loop)"
+
+
+def _self_contained(path: Path) -> Check:
+    found = outside_references(path)
+    if found:
+        return Check("self-contained", False, f"{len(found)} file reference(s) leave the folder or are missing (what "
+                                              f"is not in the folder is not pushed with it): {'; '.join(found[:3])}"
+                                              + (f"; and {len(found) - 3} more" if len(found) > 3 else ""))
+    return Check("self-contained", True, "every file it names is in the folder; no link leads out")
 
 
 def _shapes(path: Path, config: Any) -> tuple[Check, list[Path]]:
@@ -109,8 +184,12 @@ def _shapes(path: Path, config: Any) -> tuple[Check, list[Path]]:
 
     from thub.checkpoint.layouts import safetensors_header
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception as exc:  # noqa: BLE001 - a config transformers cannot build a model from is the finding
+        return Check("shapes", False, f"{path / 'config.json'}: config.json builds no model: "
+                                      f"{type(exc).__name__}: {exc}"), weight_files(path)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     files = weight_files(path)
     saved: dict[str, tuple[int, ...]] = {}
@@ -255,6 +334,10 @@ def _source_model(source: str, base: str | None, config: Any) -> tuple[Any, str]
     return model.eval(), f"the {found.layout if found else ''} checkpoint {source}, loaded by its own library"
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:300]
+
+
 def _logits(path: Path, source: str | None, base: str | None, config: Any, dtype: str) -> Check:
     import torch
     from transformers import AutoModelForCausalLM
@@ -266,8 +349,16 @@ def _logits(path: Path, source: str | None, base: str | None, config: Any, dtype
     if base and not Path(base).is_dir():
         return Check("logits", None, f"the base {base} ({MERGE_RECORD}) is no longer there: give --base MODEL")
     tolerance = TOLERANCE.get(dtype, 3e-2)
-    reference, what = _source_model(source, base, config)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    try:
+        reference, what = _source_model(source, base, config)
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a source that does not load leaves nothing to compare with
+        return Check("logits", False, f"the source {source} does not load: {type(exc).__name__}: {_first_line(exc)}")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    except Exception as exc:  # noqa: BLE001 - a model that does not load is the check's finding
+        return Check("logits", False, f"{path}: does not load: {type(exc).__name__}: {_first_line(exc)}")
     worst = 0.0
     prompts = probe_inputs(path)
     with torch.no_grad():
@@ -289,9 +380,10 @@ def verify(folder: str | Path, base: str | None = None, source: str | None = Non
     UsageError (exit 2) for bad input."""
     plan = plan_verify(folder, base, source)
     path = Path(plan["model"])
-    checks: list[Check] = [Check("complete", plan["complete"], plan["problem"] or "every weight file whole")]
+    contained = _self_contained(path)
+    checks: list[Check] = [contained, Check("complete", plan["complete"], plan["problem"] or "every weight file whole")]
     config = None
-    if plan["complete"]:
+    if contained.ok and plan["complete"]:
         try:
             from transformers import AutoConfig
 
@@ -302,7 +394,12 @@ def verify(folder: str | Path, base: str | None = None, source: str | None = Non
     if config is not None:
         shapes, files = _shapes(path, config)
         checks += [shapes, _finite(files), _tokenizer(path, plan["base"])]
-        checks.append(_logits(path, plan["source"], plan["base"], config, plan["dtype"]))
+        if shapes.ok:
+            checks.append(_logits(path, plan["source"], plan["base"], config, plan["dtype"]))
+    # every check is listed: one not run says which earlier check stopped it
+    stopped = next((c.check for c in checks if c.ok is False), "an earlier")
+    done = {c.check for c in checks}
+    checks += [Check(name, None, f"not run: the {stopped} check failed") for name in CHECKS if name not in done]
     failed = next((c for c in checks if c.ok is False), None)
     return {**plan, "checks": [c.to_dict() for c in checks], "ok": failed is None,
             "failed": failed.to_dict() if failed else None}

@@ -7,8 +7,8 @@ import click
 from thub.cli.checkpoint import dry_run_option, emit, json_option
 from thub.errors import ThubError
 
-SUMMARY = ("Verify an HF model folder: complete, config, shapes, finite weights, tokenizer and chat template "
-           "as the base's, logits as the source's.")
+SUMMARY = ("Verify an HF model folder: self-contained, complete, config, shapes, finite weights, tokenizer and "
+           "chat template as the base's, logits as the source's.")
 
 
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
