@@ -22,11 +22,16 @@ def test_csv_rows_are_records_a_relative_path_is_found_and_a_dataset_id_is_named
         writer.writerow(["messages"])
         writer.writerow(['[{"role": "user", "content": "two\\nlines, and a comma"}]'])
         writer.writerow(['[{"role": "user", "content": "Grüße\nüber zwei Zeilen"}]'])  # a newline inside quotes
+    from thub.data.training import source_digests
+
+    monkeypatch.chdir(launched)  # what training recorded, where it ran
+    keys, plain = source_digests({"data_path": "train.csv"})
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     record = {"working_dir": str(launched),
-              "data": {"files": {"train.csv": "x", "org/dataset": "y", "gone.jsonl": "z"}}}
+              "data": {"files": {**keys, "org/dataset": None, "gone.jsonl": None},
+                       "sha256": {**plain, "org/dataset": None, "gone.jsonl": None}}}
     csv_file, dataset, gone = data_files(record, {})
     assert csv_file == {"path": "train.csv", "rows": 2, "exists": True,
                         "sha256": hashlib.sha256((launched / "train.csv").read_bytes()).hexdigest()}

@@ -87,7 +87,8 @@ def test_file_push_of_an_export_sends_what_the_dry_run_lists_with_the_card(train
     done = thub("checkpoint", "push", str(hf), "--to", target.as_uri(), "--run", str(run), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     pushed = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()}
-    assert pushed == _listed(plan) == {f["path"] for f in plan["files"]} | {"README.md", "thub_loss.png"}
+    generated = {"README.md", "thub_loss.png", "thub_manifest.json"}
+    assert pushed == _listed(plan) == {f["path"] for f in plan["files"]} | generated
     for entry in plan["files"]:
         assert _sha256(target / entry["path"]) == _sha256(hf / entry["path"])
     card = (target / "README.md").read_text()

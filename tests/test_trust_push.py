@@ -92,7 +92,7 @@ def test_file_push_sends_no_byte_from_outside(tmp_path: Path) -> None:
     assert {f["path"] for f in plan["files"]} == SENT
     engine.push(plan)
     pushed = _tree(target)
-    assert set(pushed) == SENT | {"README.md"}
+    assert set(pushed) == SENT | {"README.md", "thub_manifest.json"}
     assert not [name for name, data in pushed.items() if OUTSIDE.encode() in data]
     assert pushed["alias.json"] == (folder / "config.json").read_bytes()
     assert not [p for p in target.rglob("*") if p.is_symlink()]
@@ -120,7 +120,7 @@ def test_s3_push_sends_no_byte_from_outside(tmp_path: Path, s3_server: Any) -> N
     assert {s["path"] for s in json.loads(done.stdout)["skipped"]} == LEFT_OUT
     client = s3_server.client()
     keys = {o["Key"] for o in client.list_objects_v2(Bucket="models", Prefix="hostile/")["Contents"]}
-    assert keys == {f"hostile/{name}" for name in SENT | {"README.md"}}
+    assert keys == {f"hostile/{name}" for name in SENT | {"README.md", "thub_manifest.json"}}
     for key in keys:
         assert OUTSIDE.encode() not in client.get_object(Bucket="models", Key=key)["Body"].read(), key
 
@@ -165,7 +165,7 @@ def test_hub_push_sends_no_byte_from_outside(tmp_path: Path, hub: dict[str, dict
     engine.push(engine.plan_push(str(folder), "hf://my-org/hostile", force=True))
     [(how, sent)] = hub.items()
     assert how == ("upload_folder" if large else "create_commit")
-    assert set(sent) == SENT | {"README.md"}
+    assert set(sent) == SENT | {"README.md", "thub_manifest.json"}
     assert not [name for name, data in sent.items() if OUTSIDE.encode() in data]
 
 
@@ -184,7 +184,7 @@ def test_mlflow_push_sends_no_byte_from_outside(tmp_path: Path) -> None:
         "hostile", json.loads(done.stdout)["revision"])
     got = Path(download_artifacts(artifact_uri=version.source, dst_path=str(tmp_path / "got")))
     pushed = _tree(got)
-    assert set(pushed) == SENT | {"README.md"}
+    assert set(pushed) == SENT | {"README.md", "thub_manifest.json"}
     assert not [name for name, data in pushed.items() if OUTSIDE.encode() in data]
 
 
@@ -293,7 +293,7 @@ def test_file_push_writes_the_usual_modes_and_keeps_a_private_file_private(tmp_p
     os.chmod(folder / "private_notes.md", 0o600)  # its owner kept it to themselves: so does the push
     target = tmp_path / "published"
     engine.push(engine.plan_push(str(folder), target.as_uri(), force=True))
-    assert set(_tree(target)) == {"config.json", "sub/usage.md", "private_notes.md", "README.md"}
+    assert set(_tree(target)) == {"config.json", "sub/usage.md", "private_notes.md", "README.md", "thub_manifest.json"}
     _assert_usual_modes(target, umask, frozenset({"private_notes.md"}))
 
 

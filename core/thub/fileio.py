@@ -37,11 +37,12 @@ def write_text_atomic(path: str | Path, text: str, *, parents: bool = False, mod
         raise
 
 
-def hash_contents(digest: Any, path: str | Path, *, names: str = "relative") -> None:
+def hash_contents(digest: Any, path: str | Path, *, names: str = "relative", also: Any = None) -> None:
     """Feed the bytes of ``path`` (a file, or every file under a directory, sorted) into ``digest``
     (a :mod:`hashlib` object), each file preceded by its name: relative to ``path`` for a directory,
     the file's own name for a file (``names="relative"``), or the full path (``names="full"``).
-    Keys made from it change with any edit, whatever the size or modification time say."""
+    Keys made from it change with any edit, whatever the size or modification time say. ``also``:
+    a second digest fed the bytes alone, in the same read (a file's plain sha256)."""
     root = Path(path)
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
     for file in files:
@@ -50,3 +51,5 @@ def hash_contents(digest: Any, path: str | Path, *, names: str = "relative") -> 
         with file.open("rb") as handle:
             while block := handle.read(1 << 20):
                 digest.update(block)
+                if also is not None:
+                    also.update(block)

@@ -58,13 +58,16 @@ def data_files(record: dict[str, Any], parameters: dict[str, Any]) -> list[dict[
     """Each training data file: ``path``, ``rows``, ``sha256``, ``exists`` (and ``changed``).
 
     The files are those ``thub_run.json`` recorded as validated (``data.files``), each with the
-    sha256 recorded when training validated it: the card says what trained, not what the file holds
-    at push time. A file that changed since is marked ``changed: true`` with ``sha256_now`` (its
-    rows are not counted: they are not the rows that trained). Without a record, the ``data_path``
+    sha256 of its bytes recorded when training read it (``data.sha256``): the card says what
+    trained, not what the file holds at push time. A file that changed since is marked
+    ``changed: true`` with ``sha256_now`` (its rows are not counted: they are not the rows that
+    trained). A record of an older thub (no ``data.sha256``) is compared through its content key: a
+    changed file's trained sha256 is then unknown (None). Without a record, the ``data_path``
     parameter, hashed now. A file no longer there is listed with ``exists: false``.
     """
-    recorded = (record.get("data") or {}).get("files") or {}
-    recorded = recorded if isinstance(recorded, dict) else {}
+    data: dict[str, Any] = record["data"] if isinstance(record.get("data"), dict) else {}
+    recorded: dict[str, Any] = data["files"] if isinstance(data.get("files"), dict) else {}
+    trained_sha: dict[str, Any] | None = data["sha256"] if isinstance(data.get("sha256"), dict) else None
     paths = list(recorded)
     if not paths and parameters.get("data_path"):
         value = parameters["data_path"]
@@ -74,22 +77,41 @@ def data_files(record: dict[str, Any], parameters: dict[str, Any]) -> list[dict[
     launched = record.get("working_dir") if isinstance(record.get("working_dir"), str) else None
     found = []
     for name in paths:
-        trained = recorded.get(name) if isinstance(recorded.get(name), str) else None
         path = Path(name)
         if not path.is_absolute() and not path.exists() and launched:
             path = Path(launched) / name  # relative to where training ran (thub_run.json working_dir)
         if path.is_file():
             now = sha256_of(path)
-            entry = {"path": name, "rows": count_rows(path) if trained in (None, now) else None,
-                     "sha256": trained or now, "exists": True}
-            if trained and now != trained:
+            if trained_sha is not None:
+                trained = trained_sha.get(name) if isinstance(trained_sha.get(name), str) else None
+                changed = trained is not None and trained != now
+            else:  # an older record: its content key (path and bytes) tells whether the file changed
+                changed = name in recorded and recorded[name] is not None and _content_key(path, name) != recorded[name]
+                trained = None if changed else now
+            entry = {"path": name, "rows": None if changed else count_rows(path), "sha256": trained,
+                     "exists": True}
+            if changed:
                 entry.update(changed=True, sha256_now=now)
             found.append(entry)
-        elif is_dataset_id(name) and not trained:  # a Hugging Face dataset read from the hub or its cache
+        elif is_dataset_id(name) and not isinstance((trained_sha or {}).get(name), str):  # the hub or its cache
             found.append({"path": name, "rows": None, "sha256": None, "exists": False, "dataset": True})
         else:
-            found.append({"path": name, "rows": None, "sha256": trained, "exists": False})
+            trained = (trained_sha or {}).get(name)
+            found.append({"path": name, "rows": None, "sha256": trained if isinstance(trained, str) else None,
+                          "exists": False})
     return found
+
+
+def _content_key(path: Path, name: str) -> str:
+    """The content key training recorded for the data file ``name`` (thub.data.training.source_hashes:
+    ``hash_contents(names="full")`` of a file is its name as given, NUL, its bytes), read from ``path``."""
+    import hashlib
+
+    digest = hashlib.sha256(name.encode() + b"\0")
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def loss_curve(run_dir: Path | None) -> list[tuple[float, float]]:
@@ -214,7 +236,8 @@ def render(facts: dict[str, Any], plot: str | None = None) -> str:
     lines += ["", "## Data", ""]
     missing = "(not found from the folder push ran in)"
     rows = [[d["path"], "-" if d["rows"] is None else d["rows"],
-             (d["sha256"] or ("(a Hugging Face dataset: no file to hash)" if d.get("dataset") else missing))
+             (d["sha256"] or ("(a Hugging Face dataset: no file to hash)" if d.get("dataset")
+                              else "(not recorded)" if d.get("changed") else missing))
              + (" (as trained; the file has changed since)" if d.get("changed") else "")]
             for d in facts.get("data") or []]
     lines += _table(["file", "rows", "sha256 when trained"], rows) if rows else ["No data file recorded."]
@@ -243,4 +266,8 @@ def render(facts: dict[str, Any], plot: str | None = None) -> str:
                                                          c.get("message", "")] for c in verification["checks"]])
     else:
         lines += [f"Not verified ({verification.get('by') or 'no verify result'})."]
+    if facts.get("files"):
+        lines += ["", "## Files", "", "Every file sent with its sha256 (also in `thub_manifest.json`: "
+                  "`thub checkpoint verify` checks a folder against it).", ""]
+        lines += _table(["file", "bytes", "sha256"], [[f["path"], f["bytes"], f["sha256"]] for f in facts["files"]])
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n"))

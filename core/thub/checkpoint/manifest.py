@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-__all__ = ["MANIFEST", "ManifestCheck", "check_manifest", "file_entries", "sha256_of", "write_manifest"]
+__all__ = ["MANIFEST", "ManifestCheck", "check_manifest", "file_entries", "manifest_bytes", "sha256_of",
+           "write_manifest"]
 
 MANIFEST = "thub_manifest.json"
 _CHUNK = 8 << 20
@@ -55,12 +56,19 @@ def file_entries(folder: Path) -> list[dict[str, Any]]:
             for p in _regular_files(folder)]
 
 
+def manifest_bytes(files: list[dict[str, Any]], written_by: str) -> bytes:
+    """A manifest's content listing ``files`` (``{path, bytes, sha256}``, sorted by path here)."""
+    listed = sorted(({"path": f["path"], "bytes": f["bytes"], "sha256": f["sha256"]} for f in files),
+                    key=lambda f: f["path"])
+    content = {"manifest_version": 1, "written_by": written_by, "created": round(time.time(), 3), "files": listed}
+    return (json.dumps(content, indent=2) + "\n").encode()
+
+
 def write_manifest(folder: Path, written_by: str) -> dict[str, Any]:
     """Write ``folder/thub_manifest.json`` for the files there now; returns its content."""
-    content = {"manifest_version": 1, "written_by": written_by, "created": round(time.time(), 3),
-               "files": file_entries(folder)}
-    (folder / MANIFEST).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
-    return content
+    data = manifest_bytes(file_entries(folder), written_by)
+    (folder / MANIFEST).write_bytes(data)
+    return json.loads(data)  # type: ignore[no-any-return]
 
 
 @dataclass

@@ -32,7 +32,9 @@ not pass is refused (exit 2) unless ``--force``.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ from thub.checkpoint.collect import (  # noqa: F401 - collect and secret_finding
     staged,
     write_new,
 )
+from thub.checkpoint.manifest import MANIFEST, manifest_bytes
 from thub.errors import ThubError, UsageError
 from thub.redact import redact, redact_text
 
@@ -126,10 +129,11 @@ def find_run(folder: Path, run: str | None) -> Path | None:
 
 
 def _recorded(folder: Path, run_dir: Path | None) -> dict[str, Any] | None:
-    """The run's ``result.json`` ``export`` entry when it is about ``folder``."""
-    from thub.runner.rundir import read_json
+    """The run's ``result.json`` ``export`` entry when it is about ``folder`` (its path found from
+    where the run directory is now: :mod:`thub.runner.runpaths`)."""
+    from thub.runner.runpaths import read_result
 
-    export = ((read_json(run_dir / "result.json") if run_dir else None) or {}).get("export")
+    export = ((read_result(run_dir) if run_dir else None) or {}).get("export")
     if isinstance(export, dict) and export.get("path") and Path(str(export["path"])).resolve() == folder.resolve():
         return export
     return None
@@ -186,15 +190,35 @@ def plan_push(directory: str, to: str, *, public: bool = False, force: bool = Fa
     files, skipped = collect(folder)
     if not files:
         raise UsageError(f"{directory}: nothing to push (every file was left out: see --dry-run)")
+    sent, manifest = _checksummed(folder, files, force)
+    # the folder's own manifest is checked above, not sent: push writes one of exactly what it sends
+    sent = [f for f in sent if f["path"] != MANIFEST]
     facts = card_facts(run_dir, checked)
+    facts["files"] = sent
     plot = PLOT_NAME if _will_plot(run_dir) else None
     return {"source": str(folder), "to": target.shown, "kind": target.scheme, "target": target.location,
             "revision": target.revision, "private": (not public) if target.scheme == "hf" else None,
             "run_dir": str(run_dir) if run_dir else None, "verify": checked,
             "forced": bool(force and checked["ok"] is False),
-            "files": [{"path": f, "bytes": (folder / f).stat().st_size} for f in files],
-            "generated": ["README.md", *([plot] if plot else [])], "skipped": skipped,
+            "files": sent, "manifest": manifest,
+            "generated": ["README.md", MANIFEST, *([plot] if plot else [])], "skipped": skipped,
             "card": render(facts, plot), "card_facts": facts, "_target": target}
+
+
+def _checksummed(folder: Path, files: list[str], force: bool) -> tuple[list[dict[str, Any]], bool | None]:
+    """``{path, bytes, sha256}`` of each file to send, and whether the folder matched its
+    ``thub_manifest.json`` (None: it has none). A folder thub wrote must still match its manifest
+    (UsageError unless ``force``), whose sha256s are then the ones listed."""
+    from thub.checkpoint.manifest import check_manifest, sha256_of
+
+    checked = check_manifest(folder)
+    if checked.ok is False and not force:
+        raise UsageError(f"{folder}: not pushed: it no longer matches its {MANIFEST} ({checked.message}); "
+                         "thub wrote it with these checksums and something changed it since: write it again, or "
+                         "pass --force to push it as it is")
+    known = {e["path"]: e["sha256"] for e in checked.files} if checked.ok else {}
+    return [{"path": f, "bytes": sendable(folder, f).stat().st_size,
+             "sha256": known.get(f) or sha256_of(sendable(folder, f))} for f in files], checked.ok
 
 
 # --- the uploads ----------------------------------------------------------------------------------
@@ -309,10 +333,15 @@ def _push_fsspec(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, An
         raise UsageError(f"--to {target.shown}: {target.scheme}:// needs {package}, which is not installed: "
                          f"python -m pip install {package} ({exc})") from None
     root = target.location
+    from thub.checkpoint import push_partial
+
+    # a push of thub's cut off halfway (its marker there) is replaced; anything else in the target is refused
+    push_partial.clear_unfinished(fs, root, target.shown, lambda m: print(f"thub: {m}", file=sys.stderr, flush=True))
     if fs.exists(root) and fs.isdir(root) and fs.ls(root, detail=False):
         raise UsageError(f"--to {target.shown}: already holds files; push to a new or empty path")
     folder = Path(plan["source"])
     local = target.scheme == "file"  # written here: the usual modes, a private file kept private (copy_local)
+    push_partial.begin(fs, root, str(folder), [f["path"] for f in plan["files"]] + sorted(extras))
     for f in plan["files"]:
         parent = Path(f["path"]).parent.as_posix()
         fs.makedirs(root if parent == "." else f"{root}/{parent}", exist_ok=True)
@@ -325,6 +354,7 @@ def _push_fsspec(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, An
             write_new(Path(root) / name, extras[name])
         else:
             fs.pipe_file(f"{root}/{name}", extras[name])
+    push_partial.finish(fs, root)
     return {"revision": None, "url": target.shown}
 
 
@@ -340,6 +370,10 @@ def push(plan: dict[str, Any]) -> dict[str, Any]:
             png = write_plot(Path(plan["run_dir"]), Path(scratch) / PLOT_NAME)
             if png is not None:
                 extras[PLOT_NAME] = png.read_bytes()
+        # a manifest of exactly what is sent, the card included: the pushed folder verifies where it lands
+        listed = [*plan["files"], *({"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                                    for name, data in sorted(extras.items()))]
+        extras[MANIFEST] = manifest_bytes(listed, "thub checkpoint push")
         sender = {"hf": _push_hf, "mlflow": _push_mlflow}.get(plan["kind"], _push_fsspec)
         try:
             done = sender(plan, extras)
@@ -349,7 +383,8 @@ def push(plan: dict[str, Any]) -> dict[str, Any]:
             raise UsageError(f"--to {plan['to']}: {exc.name or exc} is not installed: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - the library's error, named (the network, a refusal)
             raise ThubError(f"push to {plan['to']} failed: {type(exc).__name__}: {redact_text(str(exc))}") from None
-    return {**public_part(plan), "generated": sorted(extras), **done}
+    generated_sha256 = {name: hashlib.sha256(data).hexdigest() for name, data in extras.items()}
+    return {**public_part(plan), "generated": sorted(extras), "generated_sha256": generated_sha256, **done}
 
 
 def public_part(plan: dict[str, Any]) -> dict[str, Any]:
@@ -369,7 +404,9 @@ def record(done: dict[str, Any]) -> None:
         return
     entry = {"to": done["to"], "kind": done["kind"], "revision": done.get("revision"), "url": done.get("url"),
              "source": done["source"], "private": done.get("private"), "verified": done["verify"]["ok"],
-             "files": [f["path"] for f in done["files"]] + list(done["generated"]), "at": time.time()}
+             "files": [f["path"] for f in done["files"]] + list(done["generated"]), "at": time.time(),
+             # what was sent, byte for byte: the folder's files and the generated card and plot
+             "sha256": {**{f["path"]: f["sha256"] for f in done["files"]}, **(done.get("generated_sha256") or {})}}
     previous = result.get("push")
     pushes: list[Any] = previous if isinstance(previous, list) else []
     write_json_atomic(path, {**result, "push": [*pushes, redact(entry)]})

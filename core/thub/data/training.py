@@ -59,6 +59,9 @@ class TrainingData:
     key: str
     #: each source file's SHA-256 when the rows were read (None: missing), by path
     files: dict[str, str | None] = field(default_factory=dict)
+    #: each source file's plain sha256 of its bytes when the rows were read (None: a folder, or missing),
+    #: what the model card shows as the data that trained (``files`` hashes the path with the bytes)
+    sha256: dict[str, str | None] = field(default_factory=dict)
 
 
 def training_sources(params: Mapping[str, Any]) -> list[DatasetSource]:
@@ -91,7 +94,8 @@ def validate_training_data(params: Mapping[str, Any], algorithm: AlgorithmSpec |
     are refused, naming the first row (``sft expects chat, ... rows; `x.jsonl:1` is a grpo row``), and
     so is a ``validation_data_path`` that would be refused as data (:mod:`thub.data.validation`).
     """
-    files = source_hashes(params)  # before reading: a file changed while it is read gets another key
+    # before reading: a file changed while it is read gets another key
+    files, sha256 = source_digests(params)
     loaded = load_sources(training_sources(params))
     if algorithm is not None:
         from thub.data.kinds import check_kind
@@ -106,7 +110,7 @@ def validate_training_data(params: Mapping[str, Any], algorithm: AlgorithmSpec |
         from thub.data.validation import validate_validation_data
 
         validate_validation_data(params, algorithm, loaded[0].kind)  # validation_data_path: the same gate
-    return TrainingData(rows, locations, loaded[0].kind, data_key(params, files), files)
+    return TrainingData(rows, locations, loaded[0].kind, data_key(params, files), files, sha256)
 
 
 def kind_gate(kind: str, rows: list[dict[str, Any]], locations: list[str], params: Mapping[str, Any]) -> None:
@@ -140,18 +144,28 @@ def training_rows(params: Mapping[str, Any], algorithm: AlgorithmSpec | None = N
 def source_hashes(params: Mapping[str, Any]) -> dict[str, str | None]:
     """Each source file's (or saved dataset directory's) SHA-256 of its contents, by path; None
     for one that does not exist (now)."""
+    return source_digests(params)[0]
+
+
+def source_digests(params: Mapping[str, Any]) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """(:func:`source_hashes`, each source file's plain sha256 of its bytes), from one read of each
+    file; the plain one is None for a folder or a missing file."""
     from thub.fileio import hash_contents
 
     found: dict[str, str | None] = {}
+    plain: dict[str, str | None] = {}
     for source in training_sources(params):
-        digest = hashlib.sha256()
+        digest, path = hashlib.sha256(), Path(source.path)
+        bytes_only = hashlib.sha256() if path.is_file() else None
         try:
-            hash_contents(digest, source.path, names="full")  # the path too: the rows' locations name it
+            # the path too: the rows' locations name it
+            hash_contents(digest, source.path, names="full", also=bytes_only)
         except OSError:
-            found[str(source.path)] = None
+            found[str(source.path)] = plain[str(source.path)] = None
             continue
         found[str(source.path)] = digest.hexdigest()
-    return found
+        plain[str(source.path)] = bytes_only.hexdigest() if bytes_only is not None else None
+    return found, plain
 
 
 def data_key(params: Mapping[str, Any], files: Mapping[str, str | None] | None = None) -> str:
@@ -186,7 +200,7 @@ def save_training_data(data: TrainingData, directory: str | Path) -> bool:
     meta_file.unlink(missing_ok=True)  # no key names the old rows while the new ones are written
     write_text_atomic(rows_file, text, parents=True)
     meta = {"version": CACHE_VERSION, "key": data.key, "kind": data.kind, "count": len(data.rows),
-            "files": data.files}
+            "files": data.files, "sha256": data.sha256}
     write_text_atomic(meta_file, json.dumps(meta, indent=2) + "\n")
     return True
 
@@ -231,7 +245,8 @@ def read_training_data(params: Mapping[str, Any], directory: str | Path) -> tupl
     found: dict[str, Any] = {"copy": "kept", "key": meta["key"]}
     if missing:
         found["missing"] = missing
-    return TrainingData(rows, locations, meta["kind"], meta["key"], meta["files"]), found
+    sha256: dict[str, str | None] = meta["sha256"] if isinstance(meta.get("sha256"), dict) else {}
+    return TrainingData(rows, locations, meta["kind"], meta["key"], meta["files"], sha256), found
 
 
 def training_data(params: Mapping[str, Any], directory: str | Path | None = None) -> TrainingData:

@@ -132,7 +132,7 @@ def prepared_run(resolved: ResolvedConfig, run_dir: RunDirectory, data: Training
                 record["user_entries"] = user_entries
                 # the rows validated now, kept in thub_data/: every attempt re-checks them (data.trained_on)
                 record["data"] = {"key": data.key, "rows": len(data.rows), "files": data.files,
-                                  "validated": time.time()}
+                                  "sha256": data.sha256, "validated": time.time()}
                 if launch is not None:
                     record["launch"] = launch
                 try:
