@@ -83,7 +83,7 @@ def test_verify_passes_every_check_on_the_merge(thub: Run, merged: Path) -> None
     assert done.returncode == 0, done.stderr
     checks = {c["check"]: c for c in report["checks"]}
     assert [c["check"] for c in report["checks"]] == ["self-contained", "complete", "config", "shapes", "finite",
-                                                      "tokenizer", "logits"]
+                                                      "tokenizer", "logits", "manifest"]
     assert all(c["ok"] is True for c in checks.values()), checks
     assert "tolerance 0.0001 for float32" in checks["logits"]["message"]
     assert report["tolerance"]["value"] == 1e-4 and report["ok"] is True

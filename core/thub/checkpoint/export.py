@@ -85,6 +85,9 @@ def _copy(source: Path, out: Path, base: str | None) -> None:
         for name, origin in serving_files(source, Path(base) if base else None):
             if not (staging / name).exists():
                 shutil.copyfile(origin, staging / name)
+        from thub.checkpoint.manifest import write_manifest
+
+        write_manifest(staging, "thub train --export (copy)")  # last: what verify and push check it against
         if out.exists():
             out.rmdir()  # empty: check_target refused anything else
         staging.rename(out)

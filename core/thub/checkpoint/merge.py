@@ -378,6 +378,9 @@ def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
         (staging / MERGE_RECORD).write_text(json.dumps(record, indent=2) + "\n")
         for path in written:  # safetensors' save_file leaves 0600: the usual mode, a plain write's (0666 - umask)
             path.chmod(stat.S_IMODE((staging / MERGE_RECORD).stat().st_mode))
+        from thub.checkpoint.manifest import write_manifest
+
+        write_manifest(staging, "thub checkpoint merge")  # last: what verify and push check the folder against
         if target.exists():
             target.rmdir()  # empty (plan_merge refused anything else)
         staging.rename(target)

@@ -19,22 +19,13 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from thub.errors import UsageError
+from thub.runner.lock import pid_alive
 
 __all__ = ["PARTIAL", "begin", "clear_unfinished", "finish"]
 
 PARTIAL = ".thub-push-partial"
 #: the largest marker read back (it lists paths only)
 _MAX_BYTES = 64 << 20
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _listed(fs: Any, root: str, shown: str) -> list[str]:
@@ -55,7 +46,7 @@ def _listed(fs: Any, root: str, shown: str) -> list[str]:
         if path.is_absolute() or ".." in path.parts or not path.parts:
             raise UsageError(f"--to {shown}: its {PARTIAL} names {name!r}, outside the target; nothing removed")
     host, pid = content.get("host"), content.get("pid")
-    if host == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+    if host == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() and pid_alive(pid):
         raise UsageError(f"--to {shown}: another push (pid {pid}, from {content.get('source')}) is writing it now; "
                          "wait for it, or push to another path")
     if host != socket.gethostname():

@@ -6,7 +6,8 @@ The checks, in order (each reported; the first failing one is the command's erro
    relative name with no ``..`` that resolves (links followed) inside the folder and is there, and
    no file or folder in it is a link leading out (``push`` sends the folder's own files only).
    When it fails, nothing else is read: the other checks are skipped;
-2. ``complete``: the folder is an HF model whose every weight file (every shard its index names) is whole;
+2. ``complete``: the folder is an HF model whose every weight file (every shard its index names) is whole
+   (and a ``.bin`` names no code to run: :mod:`thub.checkpoint.pickles`);
 3. ``config``: ``config.json`` loads with ``AutoConfig``;
 4. ``shapes``: every tensor the model built from the config on the meta device has (no memory) is
    saved with that shape, and nothing else is saved (read from the safetensors headers); a config
@@ -19,7 +20,11 @@ The checks, in order (each reported; the first failing one is the command's erro
    few probe prompts equal the source's (an adapter on its base, an HF model folder, or a sharded
    checkpoint loaded by its own library through ``thub.checkpoint.consolidate.source_state_dict``)
    within :data:`TOLERANCE`: both are computed in float32 on the CPU, so what is measured is what
-   the merge or conversion changed, not the precision of the forward pass.
+   the merge or conversion changed, not the precision of the forward pass;
+8. ``manifest``: with a ``thub_manifest.json`` (merge, consolidate, export and push write one), every
+   file has the size and sha256 it lists and none is added (:mod:`thub.checkpoint.manifest`): a bit
+   flipped in a tensor that still loads is found here only; skipped without one. Last, so that a
+   content check that fails is the one named.
 
 A check with nothing to compare with (no base known), or not run because an earlier one failed,
 is ``skipped``, with why: every check is always listed.
@@ -47,7 +52,7 @@ PROBE_TEXTS = ("The capital of France is", "def fibonacci(n):\n    if n < 2:\n  
 #: at most this many tokens of each probe (the comparison needs no long context)
 PROBE_TOKENS = 64
 #: the checks, in the order they run
-CHECKS = ("self-contained", "complete", "config", "shapes", "finite", "tokenizer", "logits")
+CHECKS = ("self-contained", "complete", "config", "shapes", "finite", "tokenizer", "logits", "manifest")
 
 
 @dataclass
@@ -396,6 +401,11 @@ def verify(folder: str | Path, base: str | None = None, source: str | None = Non
         checks += [shapes, _finite(files), _tokenizer(path, plan["base"])]
         if shapes.ok:
             checks.append(_logits(path, plan["source"], plan["base"], config, plan["dtype"]))
+    if contained.ok:  # last: a content check that fails says more; this one finds what they cannot
+        from thub.checkpoint.manifest import check_manifest
+
+        listed = check_manifest(path)
+        checks.append(Check("manifest", listed.ok, listed.message))
     # every check is listed: one not run says which earlier check stopped it
     stopped = next((c.check for c in checks if c.ok is False), "an earlier")
     done = {c.check for c in checks}
