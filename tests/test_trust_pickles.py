@@ -293,3 +293,28 @@ def test_the_call_site_check_finds_each_shape() -> None:
     for line in ("torch.load(p, map_location='cpu', weights_only=True)", "np.load(f)", "json.load(f)",
                  "x = 'torch.load(path)'"):
         assert not unpickling_calls(line), line
+
+
+@pytest.mark.needs_module("transformers")
+def test_a_model_folder_with_a_hostile_bin_is_refused_by_ls_verify_and_eval(tiny_model: Path, tmp_path: Path,
+                                                                           thub: Run) -> None:
+    """An HF model folder saved as ``pytorch_model.bin`` whose pickle names code: nothing of thub loads it."""
+    import shutil
+
+    import torch
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model, folder, ignore=shutil.ignore_patterns("*.safetensors*"))
+    marker = tmp_path / "pwned-by-bin"
+    torch.save({"model.embed_tokens.weight": torch.zeros(2), "x": Evil(marker)}, folder / "pytorch_model.bin")
+    listed = thub("checkpoint", "ls", str(folder), "--json")
+    verified = thub("checkpoint", "verify", str(folder), "--json")
+    evaluated = thub("eval", str(folder), "--tasks", str(ROOT / "examples" / "eval" / "capitals.jsonl"), "--dry-run")
+    assert not marker.exists(), "a hostile pytorch_model.bin ran"
+    for done in (listed, verified, evaluated):
+        assert "Traceback" not in done.stderr, done.stderr
+    assert _refused(listed.stdout), listed.stdout
+    report = json.loads(verified.stdout)
+    assert verified.returncode == 1 and report["failed"]["check"] == "complete", report["failed"]
+    assert _refused(report["failed"]["message"])
+    assert evaluated.returncode == 2 and _refused(evaluated.stderr), evaluated.stderr
