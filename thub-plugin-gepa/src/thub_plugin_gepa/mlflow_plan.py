@@ -58,13 +58,13 @@ def translate(algorithm: str, params: Any) -> dict[str, Any]:
 
 def check(algorithm: str, rows: Any, locations: Any, params: Any) -> None:
     """The endpoint answers and every import string imports (as on the gepa backend)."""
-    from thub_plugin_gepa.translate import load, reachable
+    from thub_plugin_gepa.endpoint import probe
+    from thub_plugin_gepa.translate import load
 
     if params["api_base"]:
-        why = reachable(params["api_base"])
+        why = probe(params["api_base"])
         if why is not None:
-            raise UsageError(f"api_base {params['api_base']!r}: nothing answers there ({why}); start the "
-                             "OpenAI-compatible server first or fix the URL")
+            raise UsageError(f"api_base {params['api_base']!r}: {why}")
     names = [(n, params[n]) for n in ("predict_fn", "aggregation", "batch_sampler", "custom_candidate_proposer",
                                       "stop_callbacks") if params[n] not in (None, "epoch_shuffled")]
     names += [(field, n) for field in ("callbacks", "scorers") for n in params[field] or ()]

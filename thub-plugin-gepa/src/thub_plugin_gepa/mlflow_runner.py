@@ -14,7 +14,7 @@ from typing import Any
 
 from thub.backend import RunContext, UsageError, write_text_atomic
 from thub_plugin_gepa.mlflow_plan import translate
-from thub_plugin_gepa.runner import MetricsCallback, endpoint_environment, object_from, prompt_text
+from thub_plugin_gepa.runner import MetricsCallback, endpoint_environment, endpoint_failures, object_from, prompt_text
 from thub_plugin_gepa.translate import load
 
 
@@ -44,7 +44,7 @@ def mlflow_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def run(context: RunContext) -> dict[str, Any]:
     """Optimise the registered prompts with MLflow's GEPA optimizer according to ``translate``."""
     plan = translate(context.algorithm, context.params)
-    endpoint_environment(plan["api_base"])
+    endpoint = endpoint_environment(plan["api_base"])
     from mlflow.genai import load_prompt, optimize_prompts
     from mlflow.genai.optimize.optimizers import GepaPromptOptimizer
 
@@ -68,11 +68,12 @@ def run(context: RunContext) -> dict[str, Any]:
                                     display_progress_bar=plan["optimizer"]["display_progress_bar"],
                                     gepa_kwargs=kwargs)
     rows = [dict(row) for row in context.rows()]
-    result = optimize_prompts(
-        predict_fn=load(calls["predict_fn"]), train_data=mlflow_rows(rows), prompt_uris=calls["prompt_uris"],
-        optimizer=optimizer, scorers=[object_from(s) for s in calls["scorers"]] if calls["scorers"] else None,
-        aggregation=load(calls["aggregation"]) if calls["aggregation"] else None,
-        enable_tracking=calls["enable_tracking"])
+    with endpoint_failures(endpoint):
+        result = optimize_prompts(
+            predict_fn=load(calls["predict_fn"]), train_data=mlflow_rows(rows), prompt_uris=calls["prompt_uris"],
+            optimizer=optimizer, scorers=[object_from(s) for s in calls["scorers"]] if calls["scorers"] else None,
+            aggregation=load(calls["aggregation"]) if calls["aggregation"] else None,
+            enable_tracking=calls["enable_tracking"])
     if context.stop_requested:
         return {"interrupted": True, "final_checkpoint": None}
     folder = Path(plan["outputs"])

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from thub.backend import RunContext, write_text_atomic
+from thub.backend import RunContext, UsageError, write_text_atomic
 from thub_plugin_gepa.translate import load, translate
+
+if TYPE_CHECKING:
+    from thub_plugin_gepa.client import Endpoint
 
 
 class MetricsCallback:
@@ -73,19 +78,37 @@ def write_outputs(folder: Path, result: Any) -> dict[str, Any]:
     }
 
 
-def endpoint_environment(api_base: str | None) -> None:
+def endpoint_environment(api_base: str | None) -> Endpoint:
     """litellm reads the endpoint from the environment (Training Hub's way: both LMs use it); it needs
-    a key even for a local server, and its cost map is read from its own copy, not fetched."""
+    a key even for a local server, and its cost map is read from its own copy, not fetched. Its HTTP
+    client is thub's bounded one (:mod:`thub_plugin_gepa.client`), returned."""
     if api_base:
         os.environ["OPENAI_API_BASE"] = api_base
         os.environ.setdefault("OPENAI_API_KEY", "dummy")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from thub_plugin_gepa.client import install
+
+    return install(api_base)
+
+
+@contextmanager
+def endpoint_failures(endpoint: Endpoint) -> Iterator[None]:
+    """An error the libraries raise after the endpoint failed (litellm and gepa wrap it, or trip over
+    the missing answer) is that failure: a UsageError naming api_base (exit 2), no traceback."""
+    try:
+        yield
+    except Exception:
+        if endpoint.failure is not None:
+            raise UsageError(str(endpoint.failure)) from None
+        raise
+    finally:
+        endpoint.close()
 
 
 def run(context: RunContext) -> dict[str, Any]:
     """Optimise with ``gepa.optimize`` according to ``translate``; return the outcome."""
     plan = translate(context.algorithm, context.params)
-    endpoint_environment(plan["api_base"])
+    endpoint = endpoint_environment(plan["api_base"])
     import gepa
 
     kwargs = dict(plan["optimize"])
@@ -98,7 +121,8 @@ def run(context: RunContext) -> dict[str, Any]:
     kwargs["stop_callbacks"] = [*(stops if isinstance(stops, list) else [stops] if stops else []),
                                 lambda _state: context.stop_requested]
     trainset = [dict(row) for row in context.rows()]
-    result = gepa.optimize(trainset=trainset, valset=plan["valset"], **kwargs)
+    with endpoint_failures(endpoint):
+        result = gepa.optimize(trainset=trainset, valset=plan["valset"], **kwargs)
     if context.stop_requested:
         return {"interrupted": True, "final_checkpoint": None}
     summary = write_outputs(Path(plan["outputs"]), result)

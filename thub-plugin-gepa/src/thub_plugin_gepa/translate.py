@@ -7,11 +7,10 @@ The runner calls ``gepa.optimize`` with exactly this plan (import strings resolv
 from __future__ import annotations
 
 import importlib
-import urllib.error
-import urllib.request
 from typing import Any
 
 from thub.backend import UsageError
+from thub_plugin_gepa.endpoint import probe
 
 #: passed to ``gepa.optimize`` under the same name when set (None: gepa's own default)
 OPTIMIZE = ("task_lm", "evaluator", "max_metric_calls", "candidate_selection_strategy", "frontier_type",
@@ -70,26 +69,14 @@ def load(name: str) -> Any:
     return obj
 
 
-def reachable(api_base: str, timeout: float = 10.0) -> str | None:
-    """None when something answers HTTP at ``api_base`` (any status: a 401 or 404 is a server), else why not."""
-    url = api_base.rstrip("/") + "/models"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310 - the user's http(s) endpoint
-            return None
-    except urllib.error.HTTPError:
-        return None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return str(getattr(exc, "reason", exc))
-
-
 def check(algorithm: str, rows: Any, locations: Any, params: Any) -> None:
-    """Before anything starts (every dry run and run): the endpoint answers and every import string
-    imports; each failure is a :class:`UsageError` (exit 2)."""
+    """Before anything starts (every dry run and run): the endpoint answers as an OpenAI-compatible
+    server (:func:`thub_plugin_gepa.endpoint.probe`) and every import string imports; each failure is a
+    :class:`UsageError` (exit 2)."""
     if params["api_base"]:
-        why = reachable(params["api_base"])
+        why = probe(params["api_base"])  # bounded: THUB_GEPA_TIMEOUT, progress on stderr while it waits
         if why is not None:
-            raise UsageError(f"api_base {params['api_base']!r}: nothing answers there ({why}); start the "
-                             "OpenAI-compatible server first or fix the URL")
+            raise UsageError(f"api_base {params['api_base']!r}: {why}")
     names = [(n, params[n]) for n in OBJECTS if params[n] not in (None, "epoch_shuffled")]
     names += [("callbacks", c) for c in params["callbacks"] or ()]
     for field, name in names:
