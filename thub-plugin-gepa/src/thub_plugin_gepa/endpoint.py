@@ -3,7 +3,7 @@
 Left to itself, litellm waits 600 s for each answer, retries, and reads whatever body comes back
 whole: an endpoint that never answers stalls a run for hours without a word, and one that streams
 200 MB fills memory. So thub checks the endpoint before anything starts (:func:`probe`: ``GET
-api_base/models``), and the optimisation process gives litellm its own HTTP client
+api_base/models``, at most 30 s), and the optimisation process gives litellm its own HTTP client
 (``litellm.client_session``, :class:`thub_plugin_gepa.client.Endpoint`) which
 
 * gives up on a request without a complete answer after ``THUB_GEPA_TIMEOUT`` seconds (default
@@ -41,6 +41,9 @@ DEFAULT_TIMEOUT = 600.0
 PROGRESS_EVERY = 30.0
 #: the most of a response body read (a chat completion is a few kB)
 MAX_BODY = 16 * 1024 * 1024
+#: seconds the check before the run waits for ``GET /models`` (THUB_GEPA_TIMEOUT when shorter): a
+#: server that cannot list its models in that time is no server to start a run against
+PROBE_TIMEOUT = 30.0
 #: the most of ``GET /models`` read by the check (a long model list of a hosted API fits)
 PROBE_BODY = 1024 * 1024
 
@@ -93,8 +96,9 @@ def _not_a_model_list(head: bytes, complete: bool) -> bool:
 def probe(api_base: str, timeout: float | None = None, say: Callable[[str], None] = stderr) -> str | None:
     """None when ``api_base`` answers ``GET /models`` as an OpenAI-compatible server (any error status
     is a server too: a 401 or a 404), else why not, as the end of ``api_base '...': ...``. Waits at
-    most ``timeout`` seconds (:func:`timeout_setting`), saying so while it waits."""
-    timeout = timeout_setting() if timeout is None else timeout
+    most ``timeout`` seconds (default :data:`PROBE_TIMEOUT`, or :func:`timeout_setting` when shorter),
+    saying so while it waits."""
+    timeout = min(timeout_setting(), PROBE_TIMEOUT) if timeout is None else timeout
     url = api_base.rstrip("/") + "/models"
     outcome: dict[str, Any] = {}
 
