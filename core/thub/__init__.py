@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from thub._version import __version__
 
 __all__ = ["__version__", "hookimpl", "train", "dry_run", "sft", "osft", "lora_sft", "grpo", "lora_grpo",
            "embedding_sft", "gepa", "evaluate_model", "TrainingHubCallback", "TrainingHubContext", "TrainingHubControl"]

@@ -402,7 +402,7 @@ def _format_clash(spec: DataKindSpec, kinds: dict[str, DataKindSpec]) -> str | N
 
 
 def _thub_version() -> str:
-    from thub import __version__
+    from thub._version import __version__
 
     return __version__
 

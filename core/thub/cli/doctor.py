@@ -65,7 +65,7 @@ def doctor(
     """One line per check (✓ ok, ! warning, ✗ failed, – skipped), grouped by the plugin that
     contributed it, then a summary and the copy-pasteable fixes.
     """
-    from thub import __version__
+    from thub._version import __version__
     from thub.doctor import exit_code, make_context, order_checks, plugin_labels, select_checks
     from thub.doctor.render import render_list, render_report, report_dict
     from thub.manager import get_registry

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from thub import __version__
+from thub._version import __version__
 from thub.errors import Interrupted, ThubError
 
 

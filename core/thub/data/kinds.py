@@ -125,13 +125,6 @@ def kind_spec(name: str) -> DataKindSpec:
     return formats().registry.data_kind(name)
 
 
-def check_format(name: str) -> str:
-    """``name`` when it is ``auto`` or a registered format; else a UsageError naming the choices."""
-    if name != "auto":
-        formats().get(name)
-    return name
-
-
 def accepted_kinds(algorithm: AlgorithmSpec) -> list[str]:
     """The data kinds ``algorithm`` trains on; a format name (the old ``data_formats``) counts as
     its kind. Empty: any kind."""

@@ -175,7 +175,7 @@ def _memory_gib() -> float | None:
 
 def collect(include_torch: bool = True, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything ``thub env`` reports, as a JSON-ready dict."""
-    from thub import __version__
+    from thub._version import __version__
     from thub.manager import get_registry
 
     registry = get_registry()

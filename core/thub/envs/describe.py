@@ -37,7 +37,7 @@ def _installed(specifier: str) -> tuple[str, str | None]:
 
 def describe() -> dict[str, Any]:
     """What this environment provides (the manifest's content, less install details)."""
-    from thub import __version__
+    from thub._version import __version__
     from thub.manager import load_registry
 
     registry = load_registry()

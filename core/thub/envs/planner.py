@@ -131,7 +131,7 @@ def torch_pin(requested: str | None) -> str | None:
 
 def thub_requirement(editable: bool | None) -> list[str]:
     """How thub core gets into a managed environment: the same checkout, or the same version."""
-    from thub import __version__
+    from thub._version import __version__
 
     checkout = thub_checkout()
     if checkout is not None:

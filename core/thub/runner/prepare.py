@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import Requirement
 
-from thub import __version__
+from thub._version import __version__
 from thub.config.resolve import ResolvedConfig
 from thub.errors import Interrupted, ThubError, UsageError
 from thub.redact import record_values, redact
