@@ -61,7 +61,8 @@ def test_help_does_not_import_pydantic() -> None:
 
 # Every module `thub --help` may import beyond the standard library and click (issue 18: the
 # listing once imported 46 thub modules, doctor checks, data formats, yaml and every plugin).
-HELP_MODULES = {"thub", "thub._version", "thub.errors", "thub.cli", "thub.cli.main", "thub.cli.plugin_commands", "thub.discovery"}
+HELP_MODULES = {"thub", "thub._version", "thub.errors", "thub.cli", "thub.cli.main", "thub.cli.plugin_commands",
+                "thub.discovery"}
 # What `thub train sft --help` must still not import: doctor checks, data handling, yaml, rich.
 TRAIN_HELP_FORBIDDEN = ("thub_builtins.checks.", "thub.data", "thub.envs.check", "thub.doctor", "yaml", "rich",
                         "thub.runner.child", "thub.insight")
