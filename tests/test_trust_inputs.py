@@ -214,3 +214,79 @@ def test_a_training_hub_json_flag_nested_too_deeply_names_the_flag(depth: int, t
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "--lr-scheduler-kwargs: expected JSON nested at most 100 levels deep" in done.stderr, done.stderr[-2000:]
     assert "RecursionError" not in done.stderr
+
+
+class _SlowPreflight:
+    """A plugin with a preflight check that does not finish until the test lets it (what a check does
+    on a machine too loaded to run it in time), and a quick one."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+
+    @property
+    def hooks(self) -> object:
+        from thub import hookimpl
+        from thub.specs import CheckResult, CheckSpec
+
+        release = self.release
+
+        class Plugin:
+            @hookimpl
+            def thub_register_checks(self, register):  # type: ignore[no-untyped-def]
+                register(CheckSpec("slow.probe", "Probes slowly", lambda c: (release.wait(HANG_GUARD),
+                                                                              CheckResult("ok", "late"))[1],
+                                   tags=frozenset({"preflight"}), timeout=0.3))
+                register(CheckSpec("slow.quick", "Quick", lambda c: CheckResult("ok", "fine"),
+                                   tags=frozenset({"preflight"})))
+
+        return Plugin()
+
+
+def test_a_preflight_check_past_its_budget_is_a_note_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before every run: a check that does not finish within its budget is ``skipped: slow machine``,
+    a plain note; nothing red, nothing blocking."""
+    from thub.doctor import blocking, format_problems, preflight
+    from thub.manager import load_registry
+
+    slow = _SlowPreflight()
+    registry = load_registry(extra_plugins=[("slowplugin", slow.hooks)])
+    monkeypatch.setenv("THUB_PREFLIGHT_TIMEOUT", "0.3")  # the budget forced small: no loaded machine needed
+    try:
+        outcomes = {o.id: o for o in preflight(None, None, registry=registry)}
+    finally:
+        slow.release.set()
+    probe = outcomes["slow.probe"]
+    assert probe.status == "skip" and probe.result.summary.startswith("skipped: slow machine"), probe.result
+    assert "0.3 s" in probe.result.summary
+    assert outcomes["slow.quick"].status == "ok"
+    assert not blocking(list(outcomes.values()))
+    text = format_problems(list(outcomes.values()))
+    assert "slow.probe: skipped: slow machine" in text and "✗" not in text and "timed out" not in text, text
+
+
+def test_every_real_preflight_check_with_no_time_at_all_is_never_an_error(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    from thub.doctor import preflight
+
+    monkeypatch.setenv("THUB_PREFLIGHT_TIMEOUT", "0")
+    outcomes = preflight("trl", str(tmp_path / "run"))
+    assert outcomes and not [o for o in outcomes if o.status == "error"], [
+        (o.id, o.result.summary) for o in outcomes if o.status == "error"]
+
+
+@pytest.mark.parametrize(("load", "cores", "scale"), [(0.5, 4, 1.0), (8.0, 2, 4.0), (400.0, 2, 8.0), (None, 4, 1.0)])
+def test_the_preflight_budget_grows_with_the_load(load: float | None, cores: int, scale: float) -> None:
+    from thub.doctor import load_scale
+
+    assert load_scale(load, cores) == scale
+
+
+def test_a_bad_preflight_budget_setting_is_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    from thub.doctor import preflight
+    from thub.errors import UsageError
+
+    monkeypatch.setenv("THUB_PREFLIGHT_TIMEOUT", "fast")
+    with pytest.raises(UsageError, match="THUB_PREFLIGHT_TIMEOUT='fast': expected seconds"):
+        preflight(None, None)

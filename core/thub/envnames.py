@@ -22,6 +22,7 @@ SETTINGS: dict[str, str] = {
     "THUB_TORCH": "torch for managed environments",
     "THUB_EXIT_GRACE": "seconds a training child may linger after its result",
     "THUB_MIRROR_WAIT": "seconds a run waits at its end for checkpoint_storage uploads still under way",
+    "THUB_PREFLIGHT_TIMEOUT": "seconds each preflight check may take before a run (default: its own, scaled by load)",
     "THUB_ORPHAN_GRACE": "seconds an orphaned training child may take to checkpoint and stop",
     "THUB_RUN_SECRETS": "secrets for the run, through the environment",
     "THUB_RUN_DIR": "set by thub for the training child",

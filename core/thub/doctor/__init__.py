@@ -8,6 +8,8 @@ renders the report (:mod:`thub.doctor.render`) and collects the ``thub env`` rep
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +28,14 @@ from thub.doctor.execution import (
 
 if TYPE_CHECKING:
     from thub.manager import Registry
+    from thub.specs import CheckResult, CheckSpec
+
+#: seconds each preflight check may take, overriding its own budget (the load scaling too)
+PREFLIGHT_TIMEOUT_ENV = "THUB_PREFLIGHT_TIMEOUT"
+#: the most a preflight check's own timeout is stretched on a loaded machine
+MAX_LOAD_SCALE = 8.0
+#: how a preflight check that did not finish in its budget is reported: a note, not an error
+SLOW_MACHINE = "skipped: slow machine"
 
 __all__ = [
     "PREFLIGHT_TAG",
@@ -36,6 +46,7 @@ __all__ = [
     "counts",
     "exit_code",
     "format_problems",
+    "load_scale",
     "make_context",
     "order_checks",
     "plugin_labels",
@@ -43,6 +54,47 @@ __all__ = [
     "run_checks",
     "select_checks",
 ]
+
+
+def load_scale(load: float | None = None, cores: int | None = None) -> float:
+    """How many times its own timeout a preflight check may take now: the 1-minute load average per
+    core (``os.getloadavg``; both read when not given), at least 1, at most :data:`MAX_LOAD_SCALE`.
+    A machine busy with other runs answers slower, not wrongly; 1 where the load is unknown."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average (Windows)
+            return 1.0
+    cores = cores or os.cpu_count() or 1
+    return min(MAX_LOAD_SCALE, max(1.0, load / cores))
+
+
+def _preflight_budget(environ: Mapping[str, str]) -> float | None:
+    """``THUB_PREFLIGHT_TIMEOUT`` in seconds, None when unset; UsageError when it is no number >= 0."""
+    raw = environ.get(PREFLIGHT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value >= 0 and math.isfinite(value)):
+        from thub.errors import UsageError
+
+        raise UsageError(f"{PREFLIGHT_TIMEOUT_ENV}={raw!r}: expected seconds (a number >= 0) for each preflight check")
+    return value
+
+
+def _slow_machine(spec: CheckSpec, seconds: float) -> CheckResult:
+    """A preflight check that did not finish within ``seconds``: skipped, said as a note."""
+    from thub.specs import CheckResult
+
+    try:
+        load = f"; load {os.getloadavg()[0]:.1f} on {os.cpu_count() or 1} cores"
+    except (AttributeError, OSError):
+        load = ""
+    return CheckResult("skip", f"{SLOW_MACHINE} (not finished within {seconds:g} s{load})",
+                       (f"`thub doctor {spec.id}` runs it alone, with time to finish",))
 
 
 def preflight(
@@ -70,6 +122,11 @@ def preflight(
         if blocking(outcomes):
             raise ThubError("preflight checks failed:\\n" + format_problems(outcomes))
 
+    Each check gets its own timeout times :func:`load_scale` (``THUB_PREFLIGHT_TIMEOUT`` seconds
+    instead, when set); one that has not finished by then is ``skip`` with a summary starting
+    :data:`SLOW_MACHINE`, a note :func:`format_problems` shows on one line: on a machine too
+    busy to answer in time, every run would otherwise open with an error block it cannot act on.
+
     Returns the outcomes in report order; the caller decides what blocks (see :func:`blocking`).
     """
     from thub.manager import get_registry
@@ -82,7 +139,9 @@ def preflight(
         and (backend in spec.backends if spec.backends else True)
     ]
     specs = order_checks(specs, list(registry.plugins))
-    return run_checks(specs, make_context(backend=backend, output_dir=output_dir, env=env))
+    budget = _preflight_budget(os.environ if env is None else env)
+    return run_checks(specs, make_context(backend=backend, output_dir=output_dir, env=env), timeout=budget,
+                      scale=load_scale() if budget is None else 1.0, timed_out=_slow_machine)
 
 
 def blocking(outcomes: Sequence[Outcome], strict: bool = False) -> list[Outcome]:
@@ -101,6 +160,9 @@ def format_problems(outcomes: Sequence[Outcome]) -> str:
     symbols = {"warn": "!", "fail": "✗", "error": "✗"}
     lines: list[str] = []
     for outcome in outcomes:
+        if outcome.status == "skip" and outcome.result.summary.startswith(SLOW_MACHINE):
+            lines.append(f"- {outcome.id}: {outcome.result.summary}")  # a note: nothing to fix
+            continue
         if outcome.status not in symbols:
             continue
         lines.append(f"{symbols[outcome.status]} {outcome.id}: {outcome.result.summary}")

@@ -195,19 +195,22 @@ def run_checks(
     *,
     max_workers: int = 8,
     timeout: float | None = None,
+    scale: float = 1.0,
+    timed_out: Callable[[CheckSpec, float], CheckResult] | None = None,
     on_done: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
     """Run ``specs`` concurrently; return one :class:`Outcome` per spec, in the given order.
 
     At most ``max_workers`` checks run at once. Each gets ``spec.timeout`` seconds (or
-    ``timeout`` when given, which overrides every spec) counted from its own start; one that is
-    still running then becomes an ``error`` outcome and is abandoned in its daemon thread.
+    ``timeout`` when given, which overrides every spec) times ``scale``, counted from its own
+    start; one that is still running then becomes ``timed_out(spec, seconds)`` (default: an
+    ``error`` outcome saying so) and is abandoned in its daemon thread.
     ``on_done(outcome)``, when given, is called in this thread as each check finishes
     (for live progress).
     """
     context = context or make_context()
     changed = threading.Event()
-    jobs = [_Job(spec, context, spec.timeout if timeout is None else timeout, changed) for spec in specs]
+    jobs = [_Job(spec, context, (spec.timeout if timeout is None else timeout) * scale, changed) for spec in specs]
     pending = list(jobs)
     running: list[_Job] = []
     outcomes: dict[int, Outcome] = {}
@@ -243,7 +246,8 @@ def run_checks(
                 finish(job, job.result, job.duration_ms)
             elif now - job.started >= job.timeout:
                 running.remove(job)
-                finish(job, _timeout_result(job), (now - job.started) * 1000)
+                late = timed_out(job.spec, job.timeout) if timed_out is not None else _timeout_result(job)
+                finish(job, late, (now - job.started) * 1000)
     return [outcomes[id(job)] for job in jobs]
 
 
