@@ -164,7 +164,7 @@ def test_a_library_that_needs_wandb_api_key_gets_an_empty_one_offline_and_an_err
     """mini-trainer refuses W&B without WANDB_API_KEY and ART leaves it out silently (ART's
     ``_get_wandb_run``), offline too; neither reads ~/.netrc."""
     from thub.errors import UsageError
-    from thub.trackers.library import wandb_key_environment
+    from thub_builtins.trackers_wandb import wandb_key_environment
 
     params = {"wandb_project": "p"}
     assert wandb_key_environment(params, "ART", {"WANDB_MODE": "offline"}) == {"WANDB_API_KEY": ""}

@@ -29,8 +29,8 @@ HANG_GUARD = float(os.environ.get("THUB_TEST_HANG_GUARD", "300"))
 RUN = r"""
 import sys, time
 from pathlib import Path
-from thub.trackers.sink import MlflowWriter
-from thub.trackers.store import prepare_store
+from thub_builtins.trackers_mlflow import MlflowWriter
+from thub_builtins.trackers_mlflow_store import prepare_store
 
 uri, folder, index, total, guard = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 params = {"mlflow_tracking_uri": uri, "mlflow_experiment_name": "together", "ckpt_output_dir": f"run{index}"}
@@ -105,7 +105,7 @@ def test_five_runs_on_one_fresh_store_start_together(tmp_path: Path) -> None:
 def test_runs_on_a_ready_store_never_wait_for_its_lock(tmp_path: Path) -> None:
     """The lock is for creating and migrating the store only: with the store ready, five runs all
     start and finish while another process holds the lock (they waited for it before)."""
-    from thub.trackers.store import initialise
+    from thub_builtins.trackers_mlflow_store import initialise
 
     database = tmp_path / "store" / "mlflow.db"
     uri = f"sqlite:///{database}"
@@ -137,7 +137,7 @@ def test_a_run_that_waits_for_the_store_lock_says_so_once(tmp_path: Path) -> Non
     """While the store is being created (the test holds the lock, as the creating process does), a
     run on it waits and says once on stderr whose lock it waits for; once the lock is free it
     finds the store made by the holder and starts."""
-    from thub.trackers.sink import ensure_experiment
+    from thub_builtins.trackers_mlflow import ensure_experiment
 
     database = tmp_path / "store" / "mlflow.db"
     database.parent.mkdir(parents=True)

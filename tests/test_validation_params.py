@@ -295,7 +295,8 @@ def test_the_thub_route_logs_an_evaluation_as_hf_trainer_does(tmp_path: Path) ->
     TensorBoardCallback writes it (rewrite_logs), training numbers as train/<name>."""
     pytest.importorskip("tensorboard")
     from thub.testing.trackers import tensorboard_scalars
-    from thub.trackers.sink import TensorBoardWriter, hf_tag, numeric_metrics
+    from thub.trackers.sink import hf_tag, numeric_metrics
+    from thub_builtins.trackers_tensorboard import TensorBoardWriter
 
     writer = TensorBoardWriter(str(tmp_path))
     writer.log(2, numeric_metrics({"step": 2, "max_steps": 4, "epoch": 0.5, "loss": 1.5, "learning_rate": 1e-4}))

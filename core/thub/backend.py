@@ -108,7 +108,7 @@ _EXPORTS: dict[str, str] = {
     "shared_run_name": "thub.trackers",
     "tracker_run_names": "thub.trackers",
     "library_tracker_environment": "thub.trackers.library",
-    "wandb_key_environment": "thub.trackers.library",
+    "wandb_key_environment": "thub_builtins.trackers_wandb",  # the built-in W&B tracker's
 }
 
 __all__ = sorted(_EXPORTS)
@@ -161,7 +161,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at runtime __getattr__ 
         translation_hook,
     )
     from thub.trackers import run_name, shared_run_name, tracker_run_names
-    from thub.trackers.library import library_tracker_environment, wandb_key_environment
+    from thub.trackers.library import library_tracker_environment
 
 
 def __getattr__(name: str) -> Any:

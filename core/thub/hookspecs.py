@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         EvaluatorSpec,
         RewardSpec,
         RunEvent,
+        TrackerSpec,
     )
 
 hookspec = pluggy.HookspecMarker("thub")
@@ -63,6 +64,13 @@ def thub_register_rewards(register: Callable[[RewardSpec], None]) -> None:
 def thub_register_evaluators(register: Callable[[EvaluatorSpec], None]) -> None:
     """Register evaluation harnesses (``EvaluatorSpec``: name, runner import string, requirements)
     that ``thub eval`` runs on a trained model."""
+
+
+@hookspec
+def thub_register_trackers(register: Callable[[TrackerSpec], None]) -> None:
+    """Register experiment trackers (``TrackerSpec``: name, the parameters it owns, its package, the
+    import strings of its writer and checks, HF Trainer's ``report_to`` name); core names none itself
+    (TensorBoard, MLflow and W&B come from ``thub_builtins.trackers``)."""
 
 
 @hookspec

@@ -38,6 +38,7 @@ from thub.specs import (
     Registered,
     RewardSpec,
     RunEvent,
+    TrackerSpec,
     load_object,
 )
 
@@ -59,6 +60,7 @@ _REGISTRATION_HOOKS: dict[str, tuple[str, type[Registered]]] = {
     "data_kinds": ("thub_register_data_kinds", DataKindSpec),
     "rewards": ("thub_register_rewards", RewardSpec),
     "evaluators": ("thub_register_evaluators", EvaluatorSpec),
+    "trackers": ("thub_register_trackers", TrackerSpec),
     "checks": ("thub_register_checks", CheckSpec),
     "commands": ("thub_register_commands", CommandSpec),
 }
@@ -98,6 +100,8 @@ class Registry:
     rewards: dict[str, RewardSpec] = field(default_factory=dict)
     #: evaluation harnesses by name (thub_register_evaluators), for ``thub eval``
     evaluators: dict[str, EvaluatorSpec] = field(default_factory=dict)
+    #: experiment trackers by name (thub_register_trackers), in registration order
+    trackers: dict[str, TrackerSpec] = field(default_factory=dict)
     #: data kinds by name (thub_register_data_kinds); their formats: :meth:`data_formats`
     data_kinds: dict[str, DataKindSpec] = field(default_factory=dict)
     checks: dict[str, CheckSpec] = field(default_factory=dict)

@@ -15,9 +15,18 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
-__all__ = ["REQUIRED", "BaseParams", "DataFormat", "expand_path", "param"]
+__all__ = ["REQUIRED", "BaseParams", "DataFormat", "expand_path", "param", "with_tracker_parameters"]
 
 
 def param(default: Any = None, *, group: str, help: str, flag: str | None = None, split: bool = True,
@@ -263,3 +272,32 @@ class BaseParams(BaseModel):
                              "save_strategy saves by steps or by epochs; set one (checkpoint_at_epoch: false "
                              "to save by steps)")
         return self
+
+
+# (model, the trackers' parameter models) -> the model with their fields: one class per pair, so
+# that every command of a process sees the same parameter model
+_WITH_TRACKERS: dict[tuple[type[BaseModel], tuple[str, ...]], type[BaseModel]] = {}
+
+
+def with_tracker_parameters(model: type[BaseModel]) -> type[BaseModel]:
+    """``model`` plus the fields of the registered trackers' own parameter models
+    (``TrackerSpec.parameters``) that it does not declare: a tracker from a plugin brings its
+    parameters to every algorithm (CLI flags, YAML, ``THUB_*``) without a change to any of them.
+    ``model`` itself when no tracker brings one (thub's own trackers' parameters are fields of
+    :class:`BaseParams`)."""
+    from thub.manager import get_registry
+    from thub.specs import load_object
+
+    named = tuple(t.parameters for t in get_registry().trackers.values() if t.parameters)
+    if not named:
+        return model
+    key = (model, named)
+    if key not in _WITH_TRACKERS:
+        fields: dict[str, Any] = {}
+        for import_string in named:
+            for name, info in load_object(import_string).model_fields.items():
+                if name not in model.model_fields and name not in fields:
+                    fields[name] = (info.annotation, info)
+        _WITH_TRACKERS[key] = create_model(model.__name__, __base__=model, __module__=model.__module__,
+                                           **fields) if fields else model
+    return _WITH_TRACKERS[key]

@@ -74,8 +74,11 @@ class AlgorithmSpec(Registered):
             object.__setattr__(self, "data_kinds", tuple(data_formats))
 
     def load_parameters(self) -> type[BaseModel]:
-        """The parameter model (a pydantic model class) named by :attr:`parameters`."""
-        return load_object(self.parameters)
+        """The parameter model (a pydantic model class) named by :attr:`parameters`, with the
+        parameters of the registered trackers it does not declare (:func:`thub.params.with_tracker_parameters`)."""
+        from thub.params import with_tracker_parameters
+
+        return with_tracker_parameters(load_object(self.parameters))
 
 
 @dataclass(frozen=True)
@@ -308,6 +311,16 @@ class EvaluatorSpec(Registered):
     task_files: tuple[str, ...] = (".jsonl",)
     docs: str | None = None
     provenance: Provenance = Provenance()
+
+
+@dataclass(frozen=True)
+class TrackerProblem:
+    """One reason a tracker would fail for a run (``TrackerSpec.problems``), and the fix: a
+    copy-pasteable command or instruction."""
+
+    tracker: str
+    summary: str
+    fix: str
 
 
 CheckStatus = Literal["ok", "warn", "fail", "skip", "error"]

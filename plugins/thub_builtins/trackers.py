@@ -1,5 +1,6 @@
-"""Experiment trackers from the parent process (built-in plugin on ``thub_on_event``), and the
-``core.trackers`` doctor check.
+"""Experiment trackers: TensorBoard, MLflow and W&B registered on ``thub_register_trackers`` (their
+code: ``thub_builtins.trackers_tensorboard``, ``trackers_mlflow``, ``trackers_wandb``), the parent
+process's side of every tracker (``thub_on_event``), and the ``core.trackers`` doctor check.
 
 On ``started`` it records in ``trackers.json`` where each tracker the run turns on will log, and
 opens the trackers that the backend's library does not log itself (the ``thub`` route of
@@ -22,16 +23,13 @@ _SINKS: dict[str, Any] = {}  # run directory -> ParentSink
 
 def library_info(tracker: str, params: dict[str, Any], backend: str) -> dict[str, Any]:
     """What thub knows of a tracker the library logs (the child may add its run id)."""
-    from thub.trackers import run_name
+    from thub.specs import load_object
+    from thub.trackers import by_name
 
+    spec = by_name()[tracker]
     info: dict[str, Any] = {"route": "library", "via": backend}
-    if tracker == "tensorboard":
-        info["log_dir"] = params["tensorboard_log_dir"]
-    elif tracker == "mlflow":
-        info.update(tracking_uri=params["mlflow_tracking_uri"], experiment=params.get("mlflow_experiment_name"),
-                    run_name=run_name(params, "mlflow"))
-    else:
-        info.update(project=params["wandb_project"], run_name=run_name(params, "wandb"))
+    if spec.record:
+        info.update(load_object(spec.record)(params))
     return info
 
 
@@ -82,10 +80,41 @@ def thub_on_event(event: Any) -> None:
             sink.close(event.kind)
         from thub.trackers import RECORD_FILE
 
-        if os.path.exists(os.path.join(event.run_dir, RECORD_FILE)):  # only then: mlflow is heavy
-            from thub.trackers.library import end_library_runs
+        if os.path.exists(os.path.join(event.run_dir, RECORD_FILE)):  # only then: a tracker's package is heavy
+            from thub.trackers import finish_library_runs
 
-            end_library_runs(event.run_dir, event.kind)
+            finish_library_runs(event.run_dir, event.kind)
+
+
+@hookimpl
+def thub_register_trackers(register: Callable[[Any], None]) -> None:
+    from thub.specs import TrackerSpec
+
+    tb, ml, wb = "thub_builtins.trackers_tensorboard", "thub_builtins.trackers_mlflow", "thub_builtins.trackers_wandb"
+    register(TrackerSpec(
+        "tensorboard", "TensorBoard", "tensorboard_log_dir", ("tensorboard_log_dir",), writer=f"{tb}:open_writer",
+        where=f"{tb}:where", module="tensorboard", distributions=("tensorboard",),
+        install="pip install 'tensorboard>=2.14'", record=f"{tb}:record", problems=f"{tb}:problems",
+        annotate=f"{tb}:annotate", prepare=f"{tb}:prepare", report_to="tensorboard",
+        trainer_environment=f"{tb}:trainer_environment",
+        # transformers 4.x's TensorBoardCallback reads TrainingArguments.logging_dir instead
+        trainer_legacy_args={"TENSORBOARD_LOGGING_DIR": "logging_dir"}, trainer_order=-2,
+        summary="Event files in tensorboard_log_dir."))
+    register(TrackerSpec(
+        "mlflow", "MLflow", "mlflow_tracking_uri", ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name"),
+        writer=f"{ml}:open_writer", where=f"{ml}:where", module="mlflow", distributions=("mlflow", "mlflow-skinny"),
+        install="pip install 'mlflow-skinny>=3'   # or the full: pip install mlflow", record=f"{ml}:record",
+        problems=f"{ml}:problems", prepare_launch=f"{ml}:prepare_launch", annotate=f"{ml}:annotate",
+        prepare=f"{ml}:prepare", finish=f"{ml}:finish", run_name_param="mlflow_run_name", report_to="mlflow",
+        trainer_environment=f"{ml}:trainer_environment", trainer_init=f"{ml}:trainer_init", trainer_order=-1,
+        summary="A run in the MLflow store at mlflow_tracking_uri."))
+    register(TrackerSpec(
+        "wandb", "Weights & Biases", "wandb_project", ("wandb_project", "wandb_entity", "wandb_run_name"),
+        writer=f"{wb}:open_writer", where=f"{wb}:where", module="wandb", distributions=("wandb",),
+        install="pip install wandb", record=f"{wb}:record", problems=f"{wb}:problems", annotate=f"{wb}:annotate",
+        prepare=f"{wb}:prepare", run_name_param="wandb_run_name", report_to="wandb",
+        trainer_environment=f"{wb}:trainer_environment", trainer_order=-3,
+        summary="A W&B run in wandb_project (WANDB_MODE=offline: local files only)."))
 
 
 @hookimpl

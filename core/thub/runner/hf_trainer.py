@@ -6,7 +6,6 @@ imports transformers only when a runner asks for it in the training child.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,43 +42,42 @@ def validation_training_args(params: Mapping[str, Any]) -> dict[str, Any]:
 def report_settings(params: Mapping[str, Any]) -> tuple[list[str], dict[str, str], dict[str, Any]]:
     """``report_to``, environment variables and extra TrainingArguments for the trackers set.
 
-    HF Trainer's own integrations log (the ``library`` route of :mod:`thub.trackers`); the run
-    name defaults to the run directory's name, and W&B's local files go to the run directory
-    unless ``WANDB_DIR`` is set.
+    HF Trainer's own integrations log (the ``library`` route of :mod:`thub.trackers`): each tracker
+    the run turns on that HF Trainer has an integration for (``TrackerSpec.report_to``), with the
+    environment its integration reads (``TrackerSpec.trainer_environment``); the run name defaults
+    to the run directory's name.
     """
-    from thub.trackers import hf_run_name, wandb_dir
+    from thub.specs import load_object
+    from thub.trackers import enabled, hf_run_name, trackers
 
     report_to, env, extra = [], {}, {}
-    if params.get("wandb_project"):
-        report_to.append("wandb")
-        env["WANDB_PROJECT"] = params["wandb_project"]
-        env["WANDB_DIR"] = wandb_dir(params)
-        if params.get("wandb_entity"):
-            env["WANDB_ENTITY"] = params["wandb_entity"]
-    if params.get("tensorboard_log_dir"):
-        report_to.append("tensorboard")
-        # transformers 5 has no TrainingArguments.logging_dir: TensorBoardCallback reads this variable
-        env["TENSORBOARD_LOGGING_DIR"] = params["tensorboard_log_dir"]
-    if params.get("mlflow_tracking_uri"):
-        report_to.append("mlflow")
-        env["MLFLOW_TRACKING_URI"] = params["mlflow_tracking_uri"]
-        if params.get("mlflow_experiment_name"):
-            env["MLFLOW_EXPERIMENT_NAME"] = params["mlflow_experiment_name"]
-    if {"wandb", "mlflow"} & set(report_to) or params.get("wandb_run_name") or params.get("mlflow_run_name"):
+    # report_to and the environment are part of the dry-run plan: in the trackers' trainer_order
+    for tracker in sorted((t for t in enabled(params) if t.report_to), key=lambda t: t.trainer_order):
+        assert tracker.report_to is not None
+        report_to.append(tracker.report_to)
+        if tracker.trainer_environment:
+            env.update(load_object(tracker.trainer_environment)(params))
+    named = [t for t in trackers() if t.run_name_param]
+    if any(t.report_to in report_to for t in named) or any(params.get(t.run_name_param or "") for t in named):
         extra["run_name"] = hf_run_name(params)
     return report_to or ["none"], env, extra
 
 
 def with_legacy_logging_dir(config_class: type, config: Mapping[str, Any],
                             environment: Mapping[str, str]) -> dict[str, Any]:
-    """``config`` plus ``logging_dir`` where the installed TrainingArguments still has that field
-    (transformers 4.x's TensorBoardCallback reads it instead of ``TENSORBOARD_LOGGING_DIR``)."""
+    """``config`` plus the ``TrainingArguments`` fields older transformers read instead of a tracker's
+    environment variable (``TrackerSpec.trainer_legacy_args``), where the installed TrainingArguments
+    still has them."""
     import dataclasses
+
+    from thub.trackers import trackers
 
     config = dict(config)
     names = {f.name for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class) else set()
-    if environment.get("TENSORBOARD_LOGGING_DIR") and "logging_dir" in names:
-        config["logging_dir"] = environment["TENSORBOARD_LOGGING_DIR"]
+    for tracker in trackers():
+        for variable, name in tracker.trainer_legacy_args.items():
+            if environment.get(variable) and name in names:
+                config[name] = environment[variable]
     return config
 
 
@@ -150,13 +148,16 @@ def metrics_callback(context: RunContext, *, reason: str | None = None) -> Any:
             context.metrics.log(state.global_step, max_steps=state.max_steps, **line)
 
         def on_init_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            # before HF's MLflowCallback calls set_experiment (on_train_begin): a new experiment
-            # keeps its artifacts beside a sqlite store, not in ./mlruns of the working directory
-            uri = os.environ.get("MLFLOW_TRACKING_URI", "")
-            if state.is_world_process_zero and "mlflow" in (args.report_to or []) and uri:
-                from thub.trackers.sink import ensure_experiment
+            # before the report_to integrations open their runs (on_train_begin): each tracker's
+            # own preparation in this process (TrackerSpec.trainer_init)
+            if not state.is_world_process_zero:
+                return
+            from thub.specs import load_object
+            from thub.trackers import trackers
 
-                ensure_experiment(uri, os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default")
+            for tracker in trackers():
+                if tracker.trainer_init and tracker.report_to in (args.report_to or []):
+                    load_object(tracker.trainer_init)()
 
         def on_train_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None,
                            **_: Any) -> None:

@@ -309,9 +309,9 @@ def _launch(resolved: ResolvedConfig, run_dir: RunDirectory, signals: RunSignals
     from thub.trackers.check import validate as validate_trackers
 
     validate_trackers(resolved)  # a missing tracker package or unreachable store: exit 2, nothing written
-    from thub.trackers.store import prepare_store
+    from thub.trackers import prepare_launch
 
-    prepare_store(params, resolved.backend)  # a new local MLflow store: created once, under its lock
+    prepare_launch(params, resolved.backend)  # each tracker's once-only setup (a new local store, under its lock)
     _preflight(resolved, force=force_launch)
     from thub.config.model_path import check_model_path
 

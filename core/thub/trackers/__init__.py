@@ -1,5 +1,6 @@
-"""Experiment trackers (TensorBoard, MLflow, Weights & Biases): one definition of each, and how a
-run reaches it.
+"""Experiment trackers: how a run reaches each tracker a plugin registered
+(``thub_register_trackers``, :class:`thub.specs.TrackerSpec`); the core names none itself (the
+built-in ones come from ``thub_builtins.trackers``).
 
 Every backend supports every tracker, by one of two routes (:func:`routes`):
 
@@ -8,13 +9,13 @@ Every backend supports every tracker, by one of two routes (:func:`routes`):
   ``report_to``, verl's loggers, ...).
 * ``thub``: the backend honours none of them; thub logs the unified metrics stream
   (``training_metrics.jsonl``) from the parent process (:mod:`thub.trackers.sink`, fed by the
-  built-in ``thub_on_event`` plugin ``thub_builtins.trackers``).
+  built-in ``thub_on_event`` plugin ``thub_builtins.trackers``) with the tracker's writer.
 
 Either way the run name defaults to the run directory's name, the resolved parameters with their
 sources (secrets redacted) go to the tracker's params/config, and ``trackers.json`` in the run
 directory records where the run went (``thub history show`` / ``thub runs status`` print it).
 
-Pure Python: no tracker package is imported here.
+Pure Python: no tracker package is imported here; a tracker's code is named by import string.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from thub.specs import TrackerSpec, load_object
 
 if TYPE_CHECKING:
     from thub.config.resolve import ResolvedConfig
@@ -33,43 +35,43 @@ if TYPE_CHECKING:
 RECORD_FILE = "trackers.json"
 
 
-@dataclass(frozen=True)
-class Tracker:
-    """One experiment tracker: the parameter that turns it on, all of its parameters, its package
-    (import name, the distributions that provide it, and how to install it)."""
-
-    name: str
-    title: str
-    key: str
-    params: tuple[str, ...]
-    module: str
-    distributions: tuple[str, ...]
-    install: str
+#: a tracker as its plugin registered it (``thub_register_trackers``)
+Tracker = TrackerSpec
 
 
-TRACKERS: tuple[Tracker, ...] = (
-    Tracker("tensorboard", "TensorBoard", "tensorboard_log_dir", ("tensorboard_log_dir",), "tensorboard",
-            ("tensorboard",), "pip install 'tensorboard>=2.14'"),
-    Tracker("mlflow", "MLflow", "mlflow_tracking_uri",
-            ("mlflow_tracking_uri", "mlflow_experiment_name", "mlflow_run_name"), "mlflow", ("mlflow", "mlflow-skinny"),
-            "pip install 'mlflow-skinny>=3'   # or the full: pip install mlflow"),
-    Tracker("wandb", "Weights & Biases", "wandb_project", ("wandb_project", "wandb_entity", "wandb_run_name"),
-            "wandb", ("wandb",), "pip install wandb"),
-)
-BY_NAME: dict[str, Tracker] = {t.name: t for t in TRACKERS}
-TRACKER_PARAMS: frozenset[str] = frozenset(p for t in TRACKERS for p in t.params)
+def trackers() -> tuple[TrackerSpec, ...]:
+    """Every registered tracker, in registration order (the built-in ones first)."""
+    from thub.manager import get_registry
+
+    return tuple(get_registry().trackers.values())
+
+
+def by_name() -> dict[str, TrackerSpec]:
+    """Registered trackers by name."""
+    return {t.name: t for t in trackers()}
+
+
+def tracker_params() -> frozenset[str]:
+    """The parameters of every registered tracker."""
+    return frozenset(p for t in trackers() for p in t.params)
+
+
+def title(name: str) -> str:
+    """A tracker's name in messages (its own name when no plugin registers it)."""
+    spec = by_name().get(name)
+    return spec.title if spec is not None else name
 
 
 def enabled(params: Mapping[str, Any]) -> list[Tracker]:
     """The trackers a run's parameters turn on (their ``key`` parameter is set)."""
-    return [t for t in TRACKERS if params.get(t.key)]
+    return [t for t in trackers() if params.get(t.key)]
 
 
 def keyless(asked: set[str], params: Mapping[str, Any], backend: BackendSpec) -> list[tuple[str, Tracker]]:
     """The secondary tracker parameters the user set (``asked``) whose tracker is off (its ``key``
     unset), each with its tracker: they would change nothing (an error, :func:`check_keys`), unless
     the backend uses them alone (``BackendSpec.tracker_params_alone``: ART's model name)."""
-    return [(name, tracker) for tracker in TRACKERS if not params.get(tracker.key)
+    return [(name, tracker) for tracker in trackers() if not params.get(tracker.key)
             for name in tracker.params
             if name != tracker.key and name in asked and params.get(name) not in (None, "")
             and name not in backend.tracker_params_alone]
@@ -105,7 +107,7 @@ def route(backend: BackendSpec, algorithm: str, tracker: Tracker) -> str:
 
 def routes(backend: BackendSpec, algorithm: str) -> dict[str, str]:
     """Tracker name -> ``"library"`` or ``"thub"`` for this backend and algorithm."""
-    return {t.name: route(backend, algorithm, t) for t in TRACKERS}
+    return {t.name: route(backend, algorithm, t) for t in trackers()}
 
 
 def parent_logged_params(backend: BackendSpec, algorithm: str) -> frozenset[str]:
@@ -114,69 +116,88 @@ def parent_logged_params(backend: BackendSpec, algorithm: str) -> frozenset[str]
     A tracker the library logs keeps the backend's own list: a parameter of it that the backend
     does not map (e.g. verl's MLflow has no experiment name) stays an error.
     """
-    return frozenset(p for t in TRACKERS if route(backend, algorithm, t) == "thub" for p in t.params)
+    return frozenset(p for t in trackers() if route(backend, algorithm, t) == "thub" for p in t.params)
 
 
 def run_name(params: Mapping[str, Any], tracker: str) -> str:
     """The tracker's run name: its ``*_run_name`` parameter, else the run directory's name."""
-    explicit = params.get(f"{tracker}_run_name")
+    spec = by_name().get(tracker)
+    explicit = params.get(spec.run_name_param) if spec is not None and spec.run_name_param else None
     if explicit:
         return str(explicit)
-    return Path(os.path.abspath(str(params["ckpt_output_dir"]))).name
+    return _directory_name(params)
 
 
 def tracker_run_names(params: Mapping[str, Any]) -> dict[str, str]:
-    """``wandb_run_name`` / ``mlflow_run_name`` for the W&B and MLflow runs the parameters turn on:
-    the given name, else the run directory's name (for a library that takes one name per tracker)."""
-    return {f"{t.name}_run_name": run_name(params, t.name) for t in enabled(params) if t.name in ("wandb", "mlflow")}
+    """The run-name parameter of each tracker the parameters turn on that has one
+    (``TrackerSpec.run_name_param``): the given name, else the run directory's name (for a library
+    that takes one name per tracker)."""
+    return {t.run_name_param: run_name(params, t.name) for t in enabled(params) if t.run_name_param}
 
 
 def shared_run_name(params: Mapping[str, Any], setting: str) -> str:
-    """The one run name a library gives both W&B and MLflow (its ``setting``, e.g. ``"HF Trainer's
-    run_name"``): ``wandb_run_name`` or ``mlflow_run_name``, else the run directory's name.
+    """The one run name a library gives all its trackers (its ``setting``, e.g. ``"HF Trainer's
+    run_name"``): a tracker's run-name parameter (``TrackerSpec.run_name_param``), else the run
+    directory's name.
 
     Two different names are an error (a usage error naming ``setting``), never a silent pick of one.
     """
     from thub.errors import UsageError
 
-    names = {t: params.get(f"{t}_run_name") for t in ("wandb", "mlflow") if params.get(f"{t}_run_name")}
+    # the last registered first: the message names the parameters as it always did
+    names = {t.run_name_param: params.get(t.run_name_param) for t in reversed(trackers())
+             if t.run_name_param and params.get(t.run_name_param)}
     if len(set(names.values())) > 1:
-        raise UsageError(f"wandb_run_name and mlflow_run_name differ, but there is one {setting} "
-                         f"({names['wandb']!r} vs {names['mlflow']!r}); set one of them, or both the same")
-    return next(iter(names.values()), None) or run_name(params, "wandb")
+        raise UsageError(f"{' and '.join(names)} differ, but there is one {setting} "
+                         f"({' vs '.join(repr(v) for v in names.values())}); set one of them, or both the same")
+    return next(iter(names.values()), None) or _directory_name(params)
+
+
+def _directory_name(params: Mapping[str, Any]) -> str:
+    """The run directory's name: every tracker's default run name."""
+    return Path(os.path.abspath(str(params["ckpt_output_dir"]))).name
 
 
 def hf_run_name(params: Mapping[str, Any]) -> str:
-    """The one ``TrainingArguments.run_name`` HF Trainer gives both W&B and MLflow."""
+    """The one ``TrainingArguments.run_name`` HF Trainer gives all its trackers."""
     return shared_run_name(params, "HF Trainer run_name")
-
-
-def wandb_dir(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str:
-    """Where W&B keeps its local files: ``WANDB_DIR`` if set, else the run directory."""
-    environ = os.environ if environ is None else environ
-    return environ.get("WANDB_DIR") or str(params["ckpt_output_dir"])
 
 
 def plan(params: Mapping[str, Any], backend: BackendSpec, algorithm: str) -> dict[str, dict[str, str]]:
     """For the dry-run plan: each tracker the run turns on, its route, who logs it and where its run
     goes (a tracking URI redacted as in ``thub_run.json``)."""
-    from thub.redact import redact
-
     found = {}
     for tracker in enabled(params):
         where_to = route(backend, algorithm, tracker)
-        if tracker.name == "tensorboard":
-            where = str(params["tensorboard_log_dir"])
-        elif tracker.name == "mlflow":
-            experiment = params.get("mlflow_experiment_name")
-            where = (f"{redact(str(params['mlflow_tracking_uri']), 'mlflow_tracking_uri')} ("
-                     f"{f'experiment {experiment}, ' if experiment else ''}run {run_name(params, 'mlflow')})")
-        else:
-            mode = os.environ.get("WANDB_MODE", "online")
-            where = f"project {params['wandb_project']} (run {run_name(params, 'wandb')}, {mode})"
+        where = str(load_object(tracker.where)(params))
         by = f"{backend.name}'s library" if where_to == "library" else "thub (parent process)"
         found[tracker.name] = {"route": where_to, "logged_by": by, "where": where}
     return found
+
+
+def prepare_launch(params: Mapping[str, Any], backend: BackendSpec) -> None:
+    """Before a launch, in the parent: each tracker the run turns on prepares what must exist
+    once (``TrackerSpec.prepare_launch``: a local store created under a lock); a problem raises
+    :class:`~thub.errors.UsageError` (exit 2, nothing written)."""
+    for tracker in enabled(params):
+        if tracker.prepare_launch:
+            load_object(tracker.prepare_launch)(params, backend)
+
+
+def finish_library_runs(run_dir: str | Path, status: str) -> None:
+    """At a run's end, in the parent: each tracker a library logged ends what thub opened for it
+    and the library left open (``TrackerSpec.finish``); a tracker never changes the run's outcome."""
+    import sys
+
+    record = read_record(run_dir)
+    for tracker in trackers():
+        entry = record.get(tracker.name) or {}
+        if tracker.finish and entry.get("route") == "library":
+            try:
+                load_object(tracker.finish)(run_dir, entry, status)
+            except Exception as exc:  # noqa: BLE001 - a tracker never changes the run's outcome
+                print(f"thub: WARNING: could not end the {tracker.title} run: {type(exc).__name__}: {exc}",
+                      file=sys.stderr, flush=True)
 
 
 def run_metadata(record: Mapping[str, Any]) -> dict[str, Any]:

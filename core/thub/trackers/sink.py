@@ -3,25 +3,23 @@
 For a backend whose library has no hook for a tracker, the built-in plugin
 ``thub_builtins.trackers`` opens a :class:`ParentSink` on the ``started`` event and feeds it every
 line of the unified metrics stream the supervisor already reads. Metric names follow HF Trainer's
-integrations, so runs of every backend line up in one dashboard: TensorBoard and W&B ``train/<name>``
-(W&B also ``train/global_step``), MLflow ``<name>``; the step is thub's ``step``.
+integrations, so runs of every backend line up in one dashboard (:func:`hf_tag`); the step is
+thub's ``step``. Each tracker's writer is its plugin's (``TrackerSpec.writer``).
 
 Each tracker is written from its own thread through a bounded queue (:class:`_Worker`), so the
 supervisor's poll loop never waits for a store; ``close`` flushes them at the end of the run. Each
-tracker package is imported only when its writer opens. A writer that fails is reported once on
+writer (and its tracker's package) is imported only when it opens. A writer that fails is reported once on
 stderr and dropped: a tracker never stops training.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from thub.trackers import BY_NAME, metadata_markdown, read_record, run_metadata, run_name, update_record, wandb_dir
+from thub.specs import load_object
+from thub.trackers import by_name, read_record, run_metadata, title, update_record
 
 # fields of a metrics line that are bookkeeping, not metrics
 SKIP_FIELDS = frozenset({"step", "max_steps", "timestamp"})
@@ -39,175 +37,11 @@ def numeric_metrics(line: Mapping[str, Any]) -> dict[str, float]:
             if k not in SKIP_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-class TensorBoardWriter:
-    """Event files written with tensorboard's own ``EventFileWriter`` (no torch, no TensorFlow)."""
-
-    def __init__(self, log_dir: str) -> None:
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-        self.log_dir = log_dir
-        self.writer = EventFileWriter(log_dir)
-
-    def text(self, tag: str, text: str) -> None:
-        """A text summary (TensorBoard's Text tab), as torch's ``SummaryWriter.add_text`` writes it."""
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
-        from tensorboard.compat.proto.tensor_pb2 import TensorProto
-        from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
-        from tensorboard.plugins.text.plugin_data_pb2 import TextPluginData
-
-        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(
-            plugin_name="text", content=TextPluginData(version=0).SerializeToString()))
-        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
-                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
-        value = Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)
-        self.writer.add_event(Event(wall_time=time.time(), step=0, summary=Summary(value=[value])))
-        self.writer.flush()
-
-    def log(self, step: int, metrics: Mapping[str, float], wall_time: float | None = None) -> None:
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        values = [Summary.Value(tag=hf_tag(k), simple_value=v) for k, v in metrics.items()]
-        self.writer.add_event(Event(wall_time=wall_time or time.time(), step=step, summary=Summary(value=values)))
-        self.writer.flush()
-
-    def close(self, status: str) -> None:
-        self.writer.close()
-
-    def info(self) -> dict[str, Any]:
-        return {"path": self.log_dir}
-
-
-def mlflow_params(metadata: Mapping[str, Any], limit: int = 6000) -> dict[str, str]:
-    """``thub.<name>`` -> value (and ``thub.algorithm``/``thub.backend``), cut to MLflow's length limit.
-
-    The prefix keeps them apart from what a library logs itself (HF Trainer logs ``learning_rate``
-    etc. from TrainingArguments; MLflow refuses a param logged twice with two values).
-    """
-    params = {"thub.algorithm": str(metadata["algorithm"]), "thub.backend": str(metadata["backend"])}
-    for name, entry in metadata["parameters"].items():
-        if entry["value"] is not None:
-            params[f"thub.{name}"] = str(entry["value"])[:limit]
-    return params
-
-
-class MlflowWriter:
-    """A run created with ``MlflowClient`` (no global active run in the parent process)."""
-
-    def __init__(self, params: Mapping[str, Any], metadata: Mapping[str, Any], run_id: str | None = None) -> None:
-        from mlflow import MlflowClient
-
-        self.uri = str(params["mlflow_tracking_uri"])
-        self.experiment = params.get("mlflow_experiment_name") or "Default"
-        experiment_id = ensure_experiment(self.uri, self.experiment)
-        self.client = MlflowClient(tracking_uri=self.uri)
-        if run_id:  # resume: keep logging to the same run
-            self.run_id = run_id
-            self.client.update_run(run_id, status="RUNNING")
-            return
-        run = self.client.create_run(experiment_id, run_name=run_name(params, "mlflow"),
-                                     tags={"thub.run_dir": str(params["ckpt_output_dir"])})
-        self.run_id = run.info.run_id
-        log_metadata_mlflow(self.client, self.run_id, metadata)
-
-    def log(self, step: int, metrics: Mapping[str, float], wall_time: float | None = None) -> None:
-        from mlflow.entities import Metric
-
-        stamp = int((wall_time or time.time()) * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, v, stamp, step) for k, v in metrics.items()])
-
-    def close(self, status: str) -> None:
-        self.client.set_terminated(self.run_id, status=mlflow_status(status))
-
-    def info(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "tracking_uri": self.uri, "experiment": self.experiment}
-
-
-def mlflow_status(status: str) -> str:
-    """MLflow's terminal run status for a thub run status (succeeded, interrupted, failed)."""
-    return {"succeeded": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED")
-
-
-def ensure_experiment(uri: str, name: str) -> str:
-    """The id of experiment ``name`` in the store at ``uri``, created if missing.
-
-    Under a ``sqlite:///DB`` store, artifacts go to ``mlartifacts/`` beside the database file, for
-    a new store's ``Default`` experiment too: MLflow's default is ``./mlruns`` in whatever directory
-    the run happened to start from. Call it before any other MLflow client opens a new store.
-    """
-    from mlflow import MlflowClient
-
-    location = None
-    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
-        database = Path(uri[len("sqlite:///"):]).expanduser().resolve()
-        location = (database.parent / "mlartifacts").as_uri()
-        if not database.exists():
-            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-            SqlAlchemyStore(uri, location)  # creates the tables and "Default" with that location
-    client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(name)
-    if found:
-        return str(found.experiment_id)
-    return str(client.create_experiment(name, artifact_location=location))
-
-
-def log_metadata_mlflow(client: Any, run_id: str, metadata: Mapping[str, Any]) -> None:
-    """thub's parameters as MLflow params (``thub.<name>``), and the whole metadata with sources as
-    the artifact ``thub/run_metadata.json``."""
-    from mlflow.entities import Param
-    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
-
-    items = [Param(k, v) for k, v in mlflow_params(metadata, MAX_PARAM_VAL_LENGTH).items()]
-    for start in range(0, len(items), MAX_PARAMS_TAGS_PER_BATCH):
-        client.log_batch(run_id, params=items[start:start + MAX_PARAMS_TAGS_PER_BATCH])
-    client.log_dict(run_id, dict(metadata), "thub/run_metadata.json")
-
-
-class WandbWriter:
-    """A W&B run started in the parent (``WANDB_MODE=offline`` works without an account)."""
-
-    def __init__(self, params: Mapping[str, Any], metadata: Mapping[str, Any], run_id: str | None = None) -> None:
-        import wandb
-
-        directory = wandb_dir(params)
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        # console off: the parent's output is thub's progress, not training; stats off: the
-        # parent's CPU and memory say nothing about the training processes
-        settings = wandb.Settings(console="off", x_disable_stats=True, silent=True)
-        self.run = wandb.init(project=params["wandb_project"], entity=params.get("wandb_entity"),
-                              name=run_name(params, "wandb"), dir=directory, config={"thub": dict(metadata)},
-                              id=run_id, resume="allow" if run_id else None, reinit="create_new",
-                              settings=settings)
-        # wandb.init leaves its service's address in os.environ: a training child started later
-        # by this process (another run, a library that logs W&B itself) would write through it
-        os.environ.pop("WANDB_SERVICE", None)
-        self.run.define_metric("train/global_step")
-        self.run.define_metric("*", step_metric="train/global_step", step_sync=True)
-
-    def log(self, step: int, metrics: Mapping[str, float], wall_time: float | None = None) -> None:
-        self.run.log({**{hf_tag(k): v for k, v in metrics.items()}, "train/global_step": step}, step=step)
-
-    def close(self, status: str) -> None:
-        self.run.finish(exit_code=0 if status == "succeeded" else 1)
-
-    def info(self) -> dict[str, Any]:
-        return {"run_id": self.run.id, "path": str(Path(self.run.dir).parent), "project": self.run.project,
-                "mode": "offline" if self.run.offline else "online"}
-
-
 def open_writer(tracker: str, params: Mapping[str, Any], metadata: Mapping[str, Any],
                 previous: Mapping[str, Any] | None = None) -> Any:
-    """The writer of ``tracker`` for a run; ``previous`` (its ``trackers.json`` entry) resumes."""
-    run_id = (previous or {}).get("run_id")
-    if tracker == "tensorboard":
-        writer = TensorBoardWriter(str(params["tensorboard_log_dir"]))
-        writer.text("thub/parameters", metadata_markdown(metadata))
-        return writer
-    if tracker == "mlflow":
-        return MlflowWriter(params, metadata, run_id)
-    return WandbWriter(params, metadata, run_id)
+    """The writer of ``tracker`` for a run (``TrackerSpec.writer``); ``previous`` (its
+    ``trackers.json`` entry) resumes."""
+    return load_object(by_name()[tracker].writer)(params, metadata, previous)
 
 
 # lines a tracker may fall behind by before thub drops (and counts) further lines for it
@@ -319,5 +153,4 @@ class ParentSink:
 
 
 def _warn(tracker: str, what: str, exc: BaseException) -> None:
-    title = BY_NAME[tracker].title if tracker in BY_NAME else tracker
-    print(f"thub: WARNING: {title} {what}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    print(f"thub: WARNING: {title(tracker)} {what}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

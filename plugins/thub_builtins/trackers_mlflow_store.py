@@ -1,4 +1,5 @@
-"""A local MLflow store (``sqlite:///PATH``) is created and migrated once, before the launch.
+"""A local MLflow store (``sqlite:///PATH``) is created and migrated once, before the launch (the built-in
+MLflow tracker; moved here from ``thub.trackers.store``).
 
 MLflow creates a new SQLite store's tables (alembic migrations) in whichever process opens it
 first; five runs started together on a new store all race through those migrations and fail,
@@ -12,7 +13,7 @@ experiment. A store that is already at MLflow's schema and holds the experiment 
 opening the store and starting the run happen outside it, so runs on one store start together
 instead of one at a time. A run that has to wait says so once on stderr, naming the holder.
 
-Run as ``python -m thub.trackers.store URI EXPERIMENT`` in a backend's own interpreter when
+Run as ``python -m thub_builtins.trackers_mlflow_store URI EXPERIMENT`` in a backend's own interpreter when
 MLflow is installed only there (a managed environment).
 """
 
@@ -122,7 +123,7 @@ def initialise(uri: str, experiment: str) -> None:
     database = local_database(uri)
     if database is None:
         return
-    from thub.trackers.sink import ensure_experiment  # imports MLflow: outside the lock
+    from thub_builtins.trackers_mlflow import ensure_experiment  # imports MLflow: outside the lock
 
     if ready(database, experiment):
         return
@@ -137,8 +138,8 @@ def _run_elsewhere(python: str, uri: str, experiment: str) -> None:
     as it comes; a failure is a usage error with its last line."""
     from thub.errors import UsageError
 
-    process = subprocess.Popen([python, "-m", "thub.trackers.store", uri, experiment], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, errors="replace")
+    process = subprocess.Popen([python, "-m", "thub_builtins.trackers_mlflow_store", uri, experiment],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
     last = ""
     assert process.stderr is not None
     for line in process.stderr:
