@@ -314,6 +314,92 @@ class EvaluatorSpec(Registered):
 
 
 @dataclass(frozen=True)
+class TrackerSpec(Registered):
+    """An experiment tracker (TensorBoard, MLflow, W&B, ...): the parameter that turns it on, its
+    package, and how a run reaches it by either route (:mod:`thub.trackers`): ``thub`` (thub logs
+    the metrics stream from the parent process) or ``library`` (the backend honours its parameters
+    and the training library logs it). Every callable is named by import string and imported only
+    when a run turns the tracker on, so registering imports nothing (its package is looked for with
+    ``importlib.util.find_spec``, never imported, by the checks).
+
+    Attributes:
+        name: the tracker's name (``trackers.json``, the dry run's ``trackers``, a library's list).
+        title: its name in messages (``Weights & Biases``).
+        key: the parameter that turns it on (set: on).
+        params: all of its parameters, ``key`` first; a backend that honours none of them gets them
+            honoured by thub (the ``thub`` route), so no backend lists a new tracker's parameters.
+        parameters: import string of a pydantic model holding the fields of ``params`` that thub's
+            :class:`thub.params.BaseParams` does not declare (an outside tracker's own parameters):
+            they are added to every algorithm's parameters (CLI flags, YAML, ``THUB_*``). None:
+            they are all declared already.
+        module: the import name of its package (found with ``find_spec``, where it is logged); None:
+            it needs none.
+        distributions: the distributions that provide ``module`` (their version in ``thub doctor``).
+        install: a copy-pasteable command that installs the package (the fix of a missing one).
+        writer: ``open(params, metadata, previous) -> writer`` for the ``thub`` route, in a thread of
+            the parent: ``writer.log(step, metrics, wall_time)``, ``writer.close(status)``,
+            ``writer.info() -> dict`` (its ``trackers.json`` entry); ``previous``: that entry of the
+            run resumed (``run_id`` to continue), else None.
+        where: ``where(params) -> str``: where its run goes, for the dry-run plan (secrets redacted).
+        record: ``record(params) -> dict``: what thub knows of the run a library logs itself
+            (its ``trackers.json`` entry before the library adds its run id). None: nothing.
+        problems: ``problems(params, python, environ) -> list[thub.trackers.check.Problem]``: why a
+            run with ``params`` would fail to log (an unwritable directory, a store that does not
+            answer, no credentials), after its package was found; ``python``: the interpreter that
+            logs it (None: thub's). ``thub train`` refuses them (exit 2), ``thub doctor`` reports them.
+        prepare_launch: ``prepare_launch(params, backend) -> None``: run in the parent before the
+            launch (a local store created once, under a lock); a problem raises
+            :class:`thub.errors.UsageError`. None: nothing to prepare.
+        annotate: ``annotate(metadata) -> dict | None``: in the library's process, after it opened
+            its run (HF Trainer's ``on_train_begin``): add thub's metadata to that run and return its
+            ``trackers.json`` entry (None: no run is open).
+        prepare: ``prepare(context, metadata, experiment) -> (environment, entry)``: before a library
+            without a hook in its process starts: environment variables that carry thub's metadata
+            into the run it opens (:func:`thub.trackers.library.library_tracker_environment`).
+        finish: ``finish(run_dir, entry, status) -> None``: in the parent at the run's end, for a run
+            the library logged (its ``trackers.json`` entry): end what thub opened for it if the
+            library did not.
+        run_name_param: its run-name parameter (``wandb_run_name``): a library that takes one run
+            name for all its trackers (HF Trainer's ``run_name``) is given it.
+        report_to: the name HF Trainer's ``report_to`` uses for it; None: HF Trainer has no
+            integration for it (thub logs it from the parent).
+        trainer_environment: ``trainer_environment(params) -> dict[str, str]``: the environment
+            variables HF Trainer's integration reads (project, log directory, tracking URI).
+        trainer_init: ``trainer_init() -> None``: run in the training child at the Trainer's
+            ``on_init_end`` (main process), before its integration opens the run.
+        trainer_legacy_args: environment variable -> the ``TrainingArguments`` field older
+            transformers read instead (``TENSORBOARD_LOGGING_DIR`` -> ``logging_dir``).
+        trainer_order: its place in ``report_to`` (lower first, then registration order).
+        summary: one line for docs and ``thub plugins``.
+    """
+
+    name: str
+    title: str
+    key: str
+    params: tuple[str, ...]
+    writer: str
+    where: str
+    module: str | None = None
+    distributions: tuple[str, ...] = ()
+    install: str = ""
+    parameters: str | None = None
+    record: str | None = None
+    problems: str | None = None
+    prepare_launch: str | None = None
+    annotate: str | None = None
+    prepare: str | None = None
+    finish: str | None = None
+    run_name_param: str | None = None
+    report_to: str | None = None
+    trainer_environment: str | None = None
+    trainer_init: str | None = None
+    trainer_legacy_args: Mapping[str, str] = field(default_factory=dict)
+    trainer_order: int = 0
+    summary: str = ""
+    provenance: Provenance = Provenance()
+
+
+@dataclass(frozen=True)
 class TrackerProblem:
     """One reason a tracker would fail for a run (``TrackerSpec.problems``), and the fix: a
     copy-pasteable command or instruction."""
