@@ -163,3 +163,56 @@ def test_the_data_name_scan_finds_kind_decisions() -> None:
               "        return row.get('messages') or {'messages': []}\n"  # fields: allowed
               "    return FORMATS['grpo']\n")  # a registry keyed by a kind name
     assert data_names_in(source, names) == [(2, "chat"), (4, "messages"), (6, "grpo")]
+
+
+# --- core names no experiment tracker (issue 36 items 1, 2) ----------------------------------
+# TensorBoard, MLflow and W&B are TrackerSpecs registered by thub_builtins.trackers
+# (thub_register_trackers); the tracker mechanism chooses trackers from the registry and calls
+# their import strings. Scanned: the mechanism and every place that chose a tracker by name. A
+# string in code (not a docstring) that holds a registered tracker's name (any case, as in
+# WANDB_PROJECT) or is one of its parameters, or an import of a tracker's package, is a finding.
+TRACKER_CORE = ("trackers", "runner/hf_trainer.py", "runner/supervisor.py", "config/resolve.py",
+                "cli/param_options.py", "launch/plan.py", "manager.py", "specs.py", "hookspecs.py")
+
+
+def tracker_names_in(source: str, names: frozenset[str], params: frozenset[str]) -> list[tuple[int, str]]:
+    """(line, text) of every string constant in code (docstrings left out) naming a tracker or one of
+    its parameters, and of every import of a tracker's package."""
+    tree = ast.parse(source)
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)
+                  and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            if node.value in params or any(name in node.value.lower() for name in names):
+                found.append((node.lineno, node.value))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [(node.lineno, m) for m in modules if m.split(".")[0] in names]
+    return sorted(found)
+
+
+def test_the_core_names_no_tracker() -> None:
+    from thub.manager import load_registry
+
+    registry = load_registry(entry_points=False)  # the built-in plugins: thub's own trackers
+    assert set(registry.trackers) == {"tensorboard", "mlflow", "wandb"}
+    names = frozenset(registry.trackers)
+    params = frozenset(p for spec in registry.trackers.values() for p in spec.params)
+    found = [f"{path.relative_to(CORE.parent)}:{line}: {text!r}"
+             for part in TRACKER_CORE
+             for path in (sorted((CORE / part).rglob("*.py")) if (CORE / part).is_dir() else [CORE / part])
+             for line, text in tracker_names_in(path.read_text(encoding="utf-8"), names, params)]
+    assert not found, "the core names trackers (register them in a plugin instead):\n" + "\n".join(found)
+
+
+def test_the_tracker_name_scan_finds_tracker_decisions() -> None:
+    source = ('"""Docstrings may name wandb."""\n'
+              "def f(name, params):\n"
+              "    if name == 'wandb':\n"  # a decision on a tracker
+              "        return params.get('mlflow_tracking_uri')\n"  # one of its parameters
+              "    env = {'TENSORBOARD_LOGGING_DIR': 1}\n"  # its variable
+              "    import mlflow\n")  # its package
+    assert tracker_names_in(source, frozenset({"wandb", "mlflow", "tensorboard"}),
+                            frozenset({"mlflow_tracking_uri"})) == [
+        (3, "wandb"), (4, "mlflow_tracking_uri"), (5, "TENSORBOARD_LOGGING_DIR"), (6, "mlflow")]

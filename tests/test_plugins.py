@@ -25,6 +25,7 @@ from thub.specs import (
     EvaluatorSpec,
     RewardSpec,
     RunEvent,
+    TrackerSpec,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,6 +164,11 @@ class _EveryHook:
         register(EvaluatorSpec("toy-eval", "a toy evaluator", "x:evaluate", task_files=(".jsonl",)))
 
     @hookimpl
+    def thub_register_trackers(self, register):
+        register(TrackerSpec("toy-tracker", "Toy tracker", "toy_tracker_key", ("toy_tracker_key",), writer="x:open",
+                             where="x:where"))
+
+    @hookimpl
     def thub_register_checks(self, register):
         register(CheckSpec("toy.check", "toy check", lambda ctx: CheckResult("ok", "fine")))
 
@@ -185,7 +191,9 @@ def test_every_hook_is_called(thub_plugin, thub_cli) -> None:
     registry = thub_plugin(("toy", plugin))
     info = registry.plugins["toy"]
     assert info.registered == {"algorithms": ["toy"], "backends": ["toyb"], "rewards": ["always_one"],
-                               "evaluators": ["toy-eval"], "checks": ["toy.check"], "commands": ["toy-hello"]}
+                               "evaluators": ["toy-eval"], "checks": ["toy.check"], "commands": ["toy-hello"],
+                               "trackers": ["toy-tracker"]}
+    assert registry.trackers["toy-tracker"].provenance.plugin == "toy"
     assert registry.evaluators["toy-eval"].provenance.plugin == "toy"
     assert registry.backends["toyb"].provenance.plugin == "toy"
     assert registry.checks["toy.check"].run(CheckContext()).status == "ok"
