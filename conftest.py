@@ -57,7 +57,7 @@ def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     """One SQLite MLflow store for the session (creating one runs MLflow's migrations: seconds);
     tests that only read back their own run ids share it."""
     pytest.importorskip("mlflow")
-    from thub_builtins.trackers_mlflow import ensure_experiment
+    from thub.trackers.sink import ensure_experiment
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
     ensure_experiment(uri, "Default")  # creates the tables once
@@ -105,6 +105,71 @@ def _missing_reason(module: str, folder: Path | None = None) -> str:
     if module in PIP_NAMES:
         return f"{module} is not installed: python -m pip install {PIP_NAMES[module]} (or {ALL_TEST_REQUIREMENTS})"
     return f"{module} is not installed: {ALL_TEST_REQUIREMENTS}"
+
+
+# --- tiers: a test that trains, installs or starts SLURM is marked automatically ---------------------
+# The fast tier is ``-m "not slow"`` (README "Two commands"). Like pytest's own testing/conftest.py, a
+# test is marked by what it uses: a fixture below in its closure (directly or through another fixture)
+# makes it ``slow`` (and ``install`` where the fixture installs packages), so a new test of a trained run
+# cannot land in the fast tier by forgetting a marker. Keys are ``file::fixture`` (names such as
+# ``installed`` recur in other modules with other meanings). tests/test_ci_collection.py checks that every
+# key still names a fixture and that every fixture whose code runs ``thub train``, ``thub install`` or
+# ``pip install`` is listed here.
+
+#: Fixtures that train a model for real or start a cluster: their tests are ``slow``.
+SLOW_FIXTURES: dict[str, str] = {
+    "tests/conftest.py::trl_lora_run": "thub train lora_sft (trl) with --export",
+    "tests/conftest.py::fsdp2_dcp": "FSDP2 over 2 gloo processes, dcp.save",
+    "tests/conftest.py::slurm_env": "a one-node SLURM (scripts/slurm-up.sh)",
+    "tests/test_checkpoint_push.py::trained": "thub train sft (trl) with --export",
+    "tests/test_trust_copied_run.py::copied_run": "thub train sft (trl)",
+    "tests/test_plot.py::real_runs": "two thub train sft runs",
+    "thub-plugin-trl/tests/test_preference.py::overlong_run": "thub train dpo per overlong policy",
+    "thub-plugin-lmeval/tests/conftest.py::trained_model": "60 AdamW steps on the tiny model",
+}
+#: Fixtures that install packages (pip, thub install): their tests are ``slow`` and ``install``; the fast
+#: tier installs nothing.
+INSTALL_FIXTURES: dict[str, str] = {
+    "thub-plugin-llamafactory/tests/conftest.py::lf_env": "thub install llamafactory --into managed",
+    "tests/test_install_envs.py::minitrainer_install": "thub install mini-trainer --into managed",
+    "tests/test_install_envs.py::trl_env": "thub install trl --into managed",
+    "tests/test_install_envs.py::pinned_env": "thub install of a fixture plugin --into managed",
+    "tests/test_outside_plugin.py::installed": "pip install --target of examples/plugins/thub-plugin-pairs",
+    "tests/test_plugins.py::broken_site": "pip install of two plugin distributions",
+    "tests/test_plugins.py::commands_site": "pip install of a plugin distribution",
+    "tests/test_installed_metadata.py::environment": "a new venv its tests pip-install wheels into",
+    "tests/test_storage_hook.py::installed": "pip install --target of tests/plugins' storage plugin",
+}
+
+
+def fixture_key(func: object) -> str | None:
+    """``file::name`` of a fixture function, the file relative to the checkout (None outside it)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return None
+    try:
+        where = Path(code.co_filename).resolve().relative_to(ROOT)
+    except ValueError:
+        return None
+    return f"{where.as_posix()}::{getattr(func, '__name__', code.co_name)}"
+
+
+def tier_marks(item: pytest.Item) -> list[str]:
+    """The marks a test gets from the fixtures it uses: ``["slow"]``, ``["slow", "install"]`` or ``[]``."""
+    info = getattr(item, "_fixtureinfo", None)  # the test's fixture closure, as pytest resolved it
+    keys = {fixture_key(d.func) for defs in getattr(info, "name2fixturedefs", {}).values() for d in defs}
+    if keys & INSTALL_FIXTURES.keys():
+        return ["slow", "install"]
+    return ["slow"] if keys & SLOW_FIXTURES.keys() else []
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects (pytest's mark plugin)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test ``slow``/``install`` by the fixtures it uses (:func:`tier_marks`)."""
+    for item in items:
+        for mark in tier_marks(item):
+            if item.get_closest_marker(mark) is None:
+                item.add_marker(mark)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -104,6 +104,9 @@ CATALOG: dict[str, PluginEntry] = {
         PluginEntry("sentence-transformers", "thub-plugin-sentence-transformers", "thub-plugin-sentence-transformers",
                     notes="sentence-transformers (embedding_sft: contrastive fine-tuning of embedding models); trains "
                           "on CPU or GPU", algorithms=("embedding_sft",)),
+        PluginEntry("gepa", "thub-plugin-gepa", "thub-plugin-gepa", needs_torch=False,
+                    notes="gepa + litellm (prompt optimisation against an OpenAI-compatible endpoint; no torch); "
+                          "runs on CPU", algorithms=("gepa",)),
         PluginEntry("lmeval", "thub-plugin-lmeval", "thub-plugin-lmeval", gpu_extras=("vllm",), kind="evaluator",
                     notes="EleutherAI lm-evaluation-harness 0.4 for thub eval (HF model on CPU or GPU); [vllm] "
                           "adds its vLLM model, GPU only"),
