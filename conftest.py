@@ -57,7 +57,7 @@ def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     """One SQLite MLflow store for the session (creating one runs MLflow's migrations: seconds);
     tests that only read back their own run ids share it."""
     pytest.importorskip("mlflow")
-    from thub.trackers.sink import ensure_experiment
+    from thub_builtins.trackers_mlflow import ensure_experiment
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
     ensure_experiment(uri, "Default")  # creates the tables once
