@@ -276,8 +276,8 @@ def test_every_real_preflight_check_with_no_time_at_all_is_never_an_error(monkey
         (o.id, o.result.summary) for o in outcomes if o.status == "error"]
 
 
-@pytest.mark.parametrize(("load", "cores", "scale"), [(0.5, 4, 1.0), (8.0, 2, 4.0), (400.0, 2, 8.0), (None, 4, 1.0)])
-def test_the_preflight_budget_grows_with_the_load(load: float | None, cores: int, scale: float) -> None:
+@pytest.mark.parametrize(("load", "cores", "scale"), [(0.5, 4, 1.0), (0.0, 1, 1.0), (8.0, 2, 4.0), (400.0, 2, 8.0)])
+def test_the_preflight_budget_grows_with_the_load(load: float, cores: int, scale: float) -> None:
     from thub.doctor import load_scale
 
     assert load_scale(load, cores) == scale
@@ -290,3 +290,35 @@ def test_a_bad_preflight_budget_setting_is_exit_2(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("THUB_PREFLIGHT_TIMEOUT", "fast")
     with pytest.raises(UsageError, match="THUB_PREFLIGHT_TIMEOUT='fast': expected seconds"):
         preflight(None, None)
+
+
+@pytest.mark.needs_module("mlflow")
+def test_the_waiting_line_of_a_backends_interpreter_is_relayed_as_it_comes(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow only in the backend's interpreter: the store is made there, and its waiting line reaches
+    thub's stderr while it waits (not after)."""
+    import io
+    import threading
+
+    from thub_builtins.trackers_mlflow_store import _run_elsewhere
+
+    database = tmp_path / "store" / "mlflow.db"
+    database.parent.mkdir(parents=True)
+    uri = f"sqlite:///{database}"
+    relayed = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", relayed)
+    with open(database.with_name("mlflow.db.lock"), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write(f"{os.getpid()} pytest\n")
+        held.flush()
+        worker = threading.Thread(target=_run_elsewhere, args=(sys.executable, uri, "together"), daemon=True)
+        worker.start()
+        deadline = time.monotonic() + HANG_GUARD
+        while "waiting for the MLflow store lock" not in relayed.getvalue():
+            assert worker.is_alive() and time.monotonic() < deadline, relayed.getvalue()
+            time.sleep(0.05)
+    worker.join(HANG_GUARD)
+    assert not worker.is_alive()
+    assert f"held by pid {os.getpid()} (pytest)" in relayed.getvalue()
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("SELECT name FROM experiments WHERE name = 'together'").fetchone()
