@@ -139,6 +139,7 @@ INSTALL_FIXTURES: dict[str, str] = {
     "tests/test_plugins.py::commands_site": "pip install of a plugin distribution",
     "tests/test_installed_metadata.py::environment": "a new venv its tests pip-install wheels into",
     "tests/test_storage_hook.py::installed": "pip install --target of tests/plugins' storage plugin",
+    "tests/test_dialect_hook.py::installed": "pip install --target of tests/plugins' dialect plugin",
 }
 
 
