@@ -140,6 +140,7 @@ INSTALL_FIXTURES: dict[str, str] = {
     "tests/test_installed_metadata.py::environment": "a new venv its tests pip-install wheels into",
     "tests/test_storage_hook.py::installed": "pip install --target of tests/plugins' storage plugin",
     "tests/test_dialect_hook.py::installed": "pip install --target of tests/plugins' dialect plugin",
+    "tests/test_launcher_hook.py::site": "pip install --target of tests/plugins' launcher plugin",
 }
 
 
