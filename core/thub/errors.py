@@ -70,3 +70,9 @@ def did_you_mean_path(value: str) -> str:
             part = close
         fixed = fixed / part
     return f" (did you mean {str(fixed)!r}?)" if str(fixed) != str(path) and fixed.exists() else ""
+
+
+def json_problem(exc: Any) -> str:
+    """A :class:`json.JSONDecodeError` as ``WHAT at column N``: some of json's messages end in "at"
+    already ("Unterminated string starting at"), which would read "at at column"."""
+    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"

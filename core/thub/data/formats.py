@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from thub.data.problems import Problems
+from thub.errors import json_problem
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -174,7 +175,7 @@ def _tool_calls(value: Any, ctx: _Ctx, where: str) -> list[dict[str, Any]] | Non
                 parsed = json.loads(arguments)
             except json.JSONDecodeError as exc:
                 ctx.error(f"{where}[{i}].function.arguments", "a JSON object (as text or an object)",
-                          f"invalid JSON ({exc.msg} at column {exc.colno}) in {describe(arguments)}", "tool_calls")
+                          f"invalid JSON ({json_problem(exc)}) in {describe(arguments)}", "tool_calls")
                 return None
             if not isinstance(parsed, dict):
                 ctx.error(f"{where}[{i}].function.arguments", "a JSON object (as text or an object)",

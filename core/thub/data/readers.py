@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from thub.data.problems import Problems
-from thub.errors import UsageError, did_you_mean_path
+from thub.errors import UsageError, did_you_mean_path, json_problem
 
 Record = tuple[str, Any]
 
@@ -152,7 +152,7 @@ def _decode_messages(location: str, record: Any, problems: Problems) -> bool:
             record[column] = json.loads(value)
         except json.JSONDecodeError as exc:
             problems.error(location, column, f"expected {holds} as JSON text, found malformed JSON "
-                           f"({exc.msg} at column {exc.colno})", kind="json")
+                           f"({json_problem(exc)})", kind="json")
             return False
         except RecursionError:
             problems.error(location, column, TOO_DEEP, kind="json")
@@ -198,8 +198,8 @@ def _iter_jsonl(path: Path, problems: Problems) -> Iterator[Record]:
             try:
                 yield f"{name}:{number}", json.loads(line)
             except json.JSONDecodeError as exc:
-                problems.error(f"{name}:{number}", "", f"expected a JSON object, found malformed JSON ({exc.msg} at "
-                               f"column {exc.colno})", kind="json")
+                problems.error(f"{name}:{number}", "", "expected a JSON object, found malformed JSON "
+                               f"({json_problem(exc)})", kind="json")
             except RecursionError:
                 problems.error(f"{name}:{number}", "", TOO_DEEP, kind="json")
 
@@ -241,7 +241,7 @@ def _malformed(head: bytes) -> str:
     try:
         json.loads(head.decode("utf-8", "replace"))
     except json.JSONDecodeError as exc:
-        return f"expected a JSON object, found malformed JSON ({exc.msg} at column {exc.colno})"
+        return f"expected a JSON object, found malformed JSON ({json_problem(exc)})"
     return "expected a JSON object, found malformed JSON (a line of more than 1 MiB that is not one)"
 
 
@@ -276,8 +276,8 @@ def _iter_json_array(path: Path, problems: Problems) -> Iterator[Record]:
         try:
             obj, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
-            problems.error(f"{path}:{exc.lineno}", "", f"expected a JSON value, found malformed JSON ({exc.msg} at "
-                           f"column {exc.colno})", kind="json")
+            problems.error(f"{path}:{exc.lineno}", "", "expected a JSON value, found malformed JSON "
+                           f"({json_problem(exc)})", kind="json")
             return  # the rest of an array cannot be resynchronised reliably
         except RecursionError:
             problems.error(f"{path}:{start_line}", "", TOO_DEEP, kind="json")

@@ -18,7 +18,7 @@ from typing import Any
 
 from thub.data.formats import describe
 from thub.data.problems import Problems
-from thub.errors import UsageError
+from thub.errors import UsageError, json_problem
 
 #: lm-eval task names are YAML keys and file stems; keep them to what every tool takes.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
@@ -86,12 +86,6 @@ def _chat_row(messages: Any, where: str, problems: Problems) -> dict[str, str] |
 TOO_DEEP = "nested too deeply (more levels of arrays and objects than can be read)"
 
 
-def json_error(exc: json.JSONDecodeError) -> str:
-    """``EXPECTED at column N``: some of json's messages end in "at" already ("Unterminated string
-    starting at"), which would read "at at column"."""
-    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
-
-
 def read_rows(path: Path) -> list[dict[str, str]]:
     """The checked rows of a JSONL task file; UsageError (exit 2) with ``file:line`` problems: a line
     that is no UTF-8, no JSON or nested too deeply to read is one of them, never a traceback."""
@@ -117,7 +111,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                problems.error(where, "", f"not JSON ({json_error(exc)})", kind="json")
+                problems.error(where, "", f"not JSON ({json_problem(exc)})", kind="json")
                 continue
             except RecursionError:
                 problems.error(where, "", TOO_DEEP, kind="json")
