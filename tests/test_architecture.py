@@ -216,3 +216,72 @@ def test_the_tracker_name_scan_finds_tracker_decisions() -> None:
     assert tracker_names_in(source, frozenset({"wandb", "mlflow", "tensorboard"}),
                             frozenset({"mlflow_tracking_uri"})) == [
         (3, "wandb"), (4, "mlflow_tracking_uri"), (5, "TENSORBOARD_LOGGING_DIR"), (6, "mlflow")]
+
+
+# --- core names no storage scheme (issue 36 items 1, 2) -------------------------------------
+# Every push target and checkpoint_storage scheme, thub's own included, is a StorageSpec a plugin
+# registers (thub_register_storage, thub_builtins.storage); the core reads a URI through the one
+# parser (thub.checkpoint.storage.parse_uri) and decides by the spec's fields (supports, local,
+# visibility, packages, push), never by the scheme's name. Scanned: all of core/thub, for the three
+# shapes a closed set takes: a scheme compared with a name (scheme == "hf", target.scheme in (...)),
+# a URI tested by its prefix (uri.startswith("file://")), and a table of two or more scheme names
+# (SCHEMES = ("hf", ...), {"s3": "s3fs", "gs": ...}). Help texts and docstrings may name them.
+#: (file, name): comparisons of a scheme that is no storage scheme
+STORAGE_ALLOWED = {
+    ("thub/envs/catalog.py", "file"),  # pip's direct_url.json: an editable install's url
+    ("thub/trackers/check.py", "file"),  # an MLflow tracking store URI (file:, sqlite:), not a push target
+}
+
+
+def _is_scheme(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return "scheme" in name.lower()
+
+
+def storage_names_in(source: str, names: frozenset[str]) -> list[tuple[int, str]]:
+    """(line, name) of every decision on a storage scheme's name in ``source`` (see above)."""
+    found: list[tuple[int, str]] = []
+
+    def constants(node: ast.AST) -> list[ast.Constant]:
+        items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return [c for c in items if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_is_scheme(o) for o in operands):
+                found += [(c.lineno, c.value) for o in operands for c in constants(o) if c.value in names]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "startswith", "removeprefix") and node.args:
+            found += [(c.lineno, str(c.value).partition("://")[0]) for c in constants(node.args[0])
+                      if str(c.value).partition("://")[0] in names and "://" in str(c.value)]
+        elif isinstance(node, (ast.Dict, ast.Tuple, ast.List, ast.Set)):
+            keys = node.keys if isinstance(node, ast.Dict) else node.elts
+            named = [k for k in keys if isinstance(k, ast.Constant) and k.value in names]
+            if len(named) >= 2:
+                found += [(k.lineno, str(k.value)) for k in named]
+    return sorted(set(found))
+
+
+def test_the_core_names_no_storage_scheme() -> None:
+    from thub.manager import load_registry
+
+    names = frozenset(load_registry(entry_points=False).storage)
+    assert {"hf", "mlflow", "s3", "gs", "file"} <= names
+    found = [f"{path.relative_to(CORE.parent)}:{line}: {name!r}"
+             for path in sorted(CORE.rglob("*.py"))
+             for line, name in storage_names_in(path.read_text(encoding="utf-8"), names)
+             if (path.relative_to(CORE.parent).as_posix(), name) not in STORAGE_ALLOWED]
+    assert not found, "the core names storage schemes (register them in a plugin instead):\n" + "\n".join(found)
+
+
+def test_the_storage_scan_finds_scheme_decisions() -> None:
+    names = frozenset({"hf", "s3", "gs", "file"})
+    source = ("SCHEMES = ('hf', 's3')\n"  # a closed list
+              "def f(target, uri, kind):\n"
+              "    if target.scheme == 'hf':\n"  # a decision on a scheme
+              "        return {'s3': 's3fs', 'gs': 'gcsfs'}\n"  # a driver table
+              "    if uri.startswith('file://'):\n"  # a prefix test
+              "        return kind == 'file'\n"  # no scheme: allowed
+              "    return {'file': uri}\n")  # a field: allowed
+    assert storage_names_in(source, names) == [(1, "hf"), (1, "s3"), (3, "hf"), (4, "gs"), (4, "s3"), (5, "file")]

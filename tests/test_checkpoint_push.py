@@ -313,7 +313,7 @@ def test_hf_push_is_private_by_default_with_the_listed_files_and_the_card(traine
 
 def test_a_large_folder_goes_through_upload_folder_with_the_same_files(trained: tuple[Path, Path], hub_calls: dict,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from thub.checkpoint import push as engine
+    from thub_builtins import storage_hf as engine  # the hf scheme's push (issue 36: a built-in plugin's)
 
     run, hf = trained
     monkeypatch.setattr(engine, "LARGE_FOLDER_FILES", 2)  # the tiny model stands in for a large one

@@ -25,6 +25,7 @@ from thub.specs import (
     EvaluatorSpec,
     RewardSpec,
     RunEvent,
+    StorageSpec,
     TrackerSpec,
 )
 
@@ -177,6 +178,10 @@ class _EveryHook:
         register(CommandSpec("toy-hello", f"{__name__}:toy_hello", "Say hello from toy."))
 
     @hookimpl
+    def thub_register_storage(self, register):
+        register(StorageSpec("toy-store", "a toy store", "toy-store://BUCKET/PREFIX"))
+
+    @hookimpl
     def thub_on_event(self, event):
         self.events.append(event)
 
@@ -192,8 +197,12 @@ def test_every_hook_is_called(thub_plugin, thub_cli) -> None:
     info = registry.plugins["toy"]
     assert info.registered == {"algorithms": ["toy"], "backends": ["toyb"], "rewards": ["always_one"],
                                "evaluators": ["toy-eval"], "checks": ["toy.check"], "commands": ["toy-hello"],
-                               "trackers": ["toy-tracker"]}
+                               "trackers": ["toy-tracker"], "storage": ["toy-store"]}
     assert registry.trackers["toy-tracker"].provenance.plugin == "toy"
+    from thub.checkpoint.storage import parse_uri
+
+    assert registry.storage["toy-store"].provenance.plugin == "toy"
+    assert parse_uri("toy-store://b/p/", "push").location == "b/p"
     assert registry.evaluators["toy-eval"].provenance.plugin == "toy"
     assert registry.backends["toyb"].provenance.plugin == "toy"
     assert registry.checks["toy.check"].run(CheckContext()).status == "ok"

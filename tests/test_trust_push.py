@@ -158,9 +158,10 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, bytes]]:
 def test_hub_push_sends_no_byte_from_outside(tmp_path: Path, hub: dict[str, dict[str, bytes]], large: bool,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from thub.checkpoint import push as engine
+    from thub_builtins import storage_hf  # the hf scheme's push (issue 36: a built-in plugin's)
 
     if large:
-        monkeypatch.setattr(engine, "LARGE_FOLDER_FILES", 1)
+        monkeypatch.setattr(storage_hf, "LARGE_FOLDER_FILES", 1)
     folder = _hostile(tmp_path)
     engine.push(engine.plan_push(str(folder), "hf://my-org/hostile", force=True))
     [(how, sent)] = hub.items()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         EvaluatorSpec,
         RewardSpec,
         RunEvent,
+        StorageSpec,
         TrackerSpec,
     )
 
@@ -82,6 +83,14 @@ def thub_register_checks(register: Callable[[CheckSpec], None]) -> None:
 def thub_register_commands(register: Callable[[CommandSpec], None]) -> None:
     """Register ``thub`` subcommands (``CommandSpec``: name, import string of the click command,
     short help); a command is imported only when it runs."""
+
+
+@hookspec
+def thub_register_storage(register: Callable[[StorageSpec], None]) -> None:
+    """Register storage URI schemes (``StorageSpec``: scheme, URI shape, ``push`` and/or ``mirror``,
+    driver packages, import string of its push); ``thub checkpoint push --to`` and
+    ``checkpoint_storage`` take the registered ones and core names none itself (``hf``, ``mlflow``,
+    ``s3``, ``gs`` and ``file`` come from ``thub_builtins.storage``)."""
 
 
 @hookspec

@@ -38,6 +38,7 @@ from thub.specs import (
     Registered,
     RewardSpec,
     RunEvent,
+    StorageSpec,
     TrackerSpec,
     load_object,
 )
@@ -51,6 +52,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "thub_builtins.kubeflow",
     "thub_builtins.trackers",
     "thub_builtins.commands",
+    "thub_builtins.storage",
 )
 
 # spec kind -> (hook name, spec type)
@@ -63,6 +65,7 @@ _REGISTRATION_HOOKS: dict[str, tuple[str, type[Registered]]] = {
     "trackers": ("thub_register_trackers", TrackerSpec),
     "checks": ("thub_register_checks", CheckSpec),
     "commands": ("thub_register_commands", CommandSpec),
+    "storage": ("thub_register_storage", StorageSpec),
 }
 
 
@@ -112,10 +115,31 @@ class Registry:
     shadowed: list[str] = field(default_factory=list)
     # `thub` subcommands (thub_register_commands), built-in ones included: name -> spec
     commands: dict[str, CommandSpec] = field(default_factory=dict)
+    #: storage URI schemes by name (thub_register_storage): push targets and the checkpoint mirror
+    storage: dict[str, StorageSpec] = field(default_factory=dict)
 
     def failed_plugins(self) -> set[str]:
         """Names of loaded plugins with a recorded failure: they receive no run events."""
         return {failure.name for failure in self.failures}
+
+    def storage_scheme(self, scheme: str, use: str) -> StorageSpec:
+        """The storage scheme ``scheme`` for ``use`` (``push`` or ``mirror``); else a UsageError
+        saying why, with the URI shapes of the schemes that ``use`` takes (did you mean)."""
+        from thub.errors import UsageError, closest
+
+        usable = [spec for spec in self.storage.values() if use in spec.supports]
+        shapes = [spec.uri for spec in usable]
+        expected = f"expected {' or '.join(filter(None, [', '.join(shapes[:-1]), *shapes[-1:]]))}"
+        spec = self.storage.get(scheme)
+        if spec is None:
+            # schemes are short: one letter off (s4, gz) is half of the name
+            close = closest(scheme, [s.name for s in usable], cutoff=0.5) if scheme else None
+            raise UsageError(f"{expected}{f' (did you mean {close!r}?)' if close else ''}")
+        if use not in spec.supports:
+            where = {"mirror": "checkpoint_storage", "push": "thub checkpoint push"}.get(use, use)
+            raise UsageError(f"{scheme}:// is a {' and '.join(sorted(spec.supports))} target only "
+                             f"({spec.provenance.plugin}), not one for {where}: {expected}")
+        return spec
 
     def algorithm(self, name: str) -> AlgorithmSpec:
         from thub.errors import UsageError, did_you_mean

@@ -470,6 +470,72 @@ class CommandSpec(Registered):
     provenance: Provenance = Provenance()
 
 
+@dataclass(frozen=True)
+class StorageSpec(Registered):
+    """A URI scheme thub writes models and checkpoints to: a ``thub checkpoint push --to`` target,
+    the ``checkpoint_storage`` mirror, or both (``hf``, ``mlflow``, ``s3``, ``gs`` and ``file`` are
+    the built-in plugin's, ``thub_builtins.storage``). Both read a URI through the one parser,
+    :func:`thub.checkpoint.storage.parse_uri`: its scheme names the spec, the spec the rest.
+
+    Registering imports nothing: the drivers are checked by name (``packages``, with
+    :func:`importlib.util.find_spec`) and the code is named by import string, imported only when a
+    push runs.
+
+    Attributes:
+        name: the URI scheme (``s3`` for ``s3://...``): lowercase letters, digits, ``+``, ``-``, ``.``.
+        summary: one line for ``thub plugins`` and the docs.
+        uri: the URI's shape, for help and error messages (``s3://BUCKET/PREFIX``).
+        supports: ``push`` (a ``thub checkpoint push`` target) and/or ``mirror``
+            (``checkpoint_storage``: the run's checkpoints copied there, opened with fsspec's
+            ``url_to_fs``; a mirror scheme must be one fsspec knows).
+        packages: modules it needs, checked with ``find_spec`` where the URI is checked (the
+            mirror's parameter) or used; a missing one is an error naming
+            ``python -m pip install NAME``.
+        push: import string of ``push(plan, extras) -> dict`` sending a planned push (``plan``:
+            :func:`thub.checkpoint.push.plan_push`'s dict, its ``_target`` the parsed
+            :class:`thub.checkpoint.storage.Target`; ``extras``: file name -> bytes thub writes,
+            the card, plot and manifest) and returning ``revision`` and ``url``. None: the generic
+            fsspec push (:mod:`thub.checkpoint.push_fsspec`: a new or empty target, the card
+            last, a push cut off halfway replaced by the next one).
+        parse: import string of ``parse(uri, rest) -> Target`` for a URI of this scheme
+            (``rest``: what follows ``://``), raising :class:`thub.errors.UsageError` with what is
+            wrong (the caller names the URI). None: the generic fsspec location (``location``).
+        location: what the generic parse expects after ``://``: ``bucket`` (``BUCKET/PREFIX``,
+            non-empty) or ``path`` (an absolute path, ``file:///PATH``).
+        local: the location is a path on this machine: a push writes it with the usual modes
+            (a private file kept private), needs no network, and a run's post-run push to a
+            folder that already holds files is refused before training.
+        visibility: the target has a public/private visibility (``--public``, ``push_public``).
+        check: import string of ``check(target, values) -> None``: what a run's post-run push to
+            this scheme refuses before training (``values``: the run's resolved parameters; the
+            mlflow scheme's tracking URI), raising UsageError. None: nothing beyond the parse and
+            ``packages``.
+    """
+
+    name: str
+    summary: str
+    uri: str
+    supports: frozenset[str] = frozenset({"push"})
+    packages: tuple[str, ...] = ()
+    push: str | None = None
+    parse: str | None = None
+    location: Literal["bucket", "path"] = "bucket"
+    local: bool = False
+    visibility: bool = False
+    check: str | None = None
+    provenance: Provenance = Provenance()
+
+    def __post_init__(self) -> None:
+        import re
+
+        if not re.fullmatch(r"[a-z][a-z0-9+.-]*", self.name):
+            raise ValueError(f"storage {self.name!r}: expected a URI scheme (lowercase letters, digits, '+', '-', "
+                             "'.'; a letter first)")
+        if not self.supports or not self.supports <= {"push", "mirror"}:
+            raise ValueError(f"storage {self.name!r}: supports: expected push and/or mirror, found "
+                             f"{sorted(self.supports)}")
+
+
 EventKind = Literal["started", "metrics", "checkpoint", "succeeded", "failed", "interrupted", "pushed"]
 #: The kinds that end a run: the run's final ``status`` (``result.json``), one of them per run.
 END_KINDS: frozenset[str] = frozenset({"succeeded", "failed", "interrupted"})

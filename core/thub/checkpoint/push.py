@@ -1,22 +1,12 @@
 """``thub checkpoint push DIR --to URI``: publish a verified model folder with its model card.
 
-Targets (:func:`parse_target`):
-
-- ``hf://ORG/NAME[@BRANCH]``: the Hugging Face Hub through huggingface_hub's own API:
-  ``HfApi.create_repo(private=not public, exist_ok=True)`` (an existing public repo is refused
-  without ``--public``), ``create_branch`` for ``@BRANCH``, then one ``create_commit`` of
-  ``CommitOperationAdd`` operations, or for a large folder (:func:`large_folder`) ``upload_folder``
-  (huggingface_hub 2.4's resumable large-folder upload: with hf_xet it commits in batches and a
-  re-run skips what is committed). The token is huggingface_hub's (``HF_TOKEN``, ``hf auth login``).
-- ``mlflow://MODEL_NAME[?tracking_uri=URI&registry_uri=URI&experiment=NAME]``: a new version of
-  MODEL_NAME in MLflow's model registry: an MLflow run (experiment ``thub-push`` unless named)
-  carrying the thub run's parameters (``thub.<name>``, as thub's trackers log them) and final
-  metrics, the folder logged as its ``model``
-  artifact, and ``create_model_version`` on it. The tracking URI is the query's, else
-  ``MLFLOW_TRACKING_URI``, else the run's ``mlflow_tracking_uri`` parameter (never ``./mlruns``).
-- ``s3://BUCKET/PREFIX``, ``gs://BUCKET/PREFIX``, ``file:///PATH``: fsspec (s3fs, gcsfs);
-  credentials and ``AWS_ENDPOINT_URL`` as those libraries read them. The target must be new or
-  empty; the card is written last.
+Targets (:func:`parse_target`): a URI of a registered storage scheme (``thub_register_storage``,
+:mod:`thub.checkpoint.storage`; ``thub plugins`` lists them). thub's own come from the built-in plugin
+``thub_builtins.storage``: ``hf://ORG/NAME[@BRANCH]`` (the Hugging Face Hub, ``thub_builtins.storage_hf``),
+``mlflow://MODEL_NAME[?tracking_uri=URI&registry_uri=URI&experiment=NAME]`` (MLflow's model registry,
+``thub_builtins.storage_mlflow``), and ``s3://BUCKET/PREFIX``, ``gs://BUCKET/PREFIX``, ``file:///PATH``
+through the generic fsspec push (:mod:`thub.checkpoint.push_fsspec`): the target must be new or empty;
+the card is written last. Each scheme's spec names the function that sends (``StorageSpec.push``).
 
 What is sent (:mod:`thub.checkpoint.collect`): every file under DIR except the trainer's resume state,
 hidden folders, links that leave DIR (never followed: each is named), and any file that looks like a
@@ -33,84 +23,29 @@ not pass is refused (exit 2) unless ``--force``.
 from __future__ import annotations
 
 import hashlib
-import os
-import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 from thub.checkpoint.collect import (  # noqa: F401 - collect and secret_finding are this module's API too
     collect,
-    copy_local,
     secret_finding,
     sendable,
-    staged,
-    write_new,
 )
 from thub.checkpoint.manifest import MANIFEST, manifest_bytes
+from thub.checkpoint.storage import Target, parse_uri, visible_schemes
 from thub.errors import ThubError, UsageError
 from thub.redact import redact, redact_text
 
-SCHEMES = ("hf", "mlflow", "s3", "gs", "file")
-MLFLOW_EXPERIMENT = "thub-push"
-#: past these a Hub push is huggingface_hub's upload_folder (with hf_xet: committed in batches, resumed by
-#: running it again), else one create_commit
-LARGE_FOLDER_FILES = 30
-LARGE_FOLDER_BYTES = 1 << 30
-
-
-@dataclass
-class Target:
-    """Where a push goes: ``scheme`` (one of :data:`SCHEMES`), ``location`` (repo id, model name or
-    fsspec path), ``revision`` (an hf branch), ``options`` (mlflow's query), ``shown`` (redacted)."""
-
-    scheme: str
-    uri: str
-    location: str
-    revision: str | None = None
-    options: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def shown(self) -> str:
-        return redact_text(self.uri)
-
 
 def parse_target(uri: str) -> Target:
-    """``--to URI`` as a :class:`Target`; UsageError (exit 2) naming the expected shapes."""
-    scheme, sep, rest = uri.partition("://")
-    expected = "expected hf://ORG/NAME[@BRANCH], mlflow://MODEL_NAME[?tracking_uri=...], s3://BUCKET/PREFIX, " \
-               "gs://BUCKET/PREFIX or file:///PATH"
-    if not sep or scheme not in SCHEMES or not rest:
-        raise UsageError(f"--to {redact_text(uri)}: {expected}")
-    if scheme == "hf":
-        repo, _, revision = rest.partition("@")
-        from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-        try:
-            validate_repo_id(repo)
-        except HFValidationError as exc:
-            raise UsageError(f"--to {uri}: {repo!r} is not a Hub repo id ({exc})") from None
-        if "@" in uri and not revision:
-            raise UsageError(f"--to {uri}: no branch after @")
-        return Target("hf", uri, repo, revision or None)
-    if scheme == "mlflow":
-        name, _, query = rest.partition("?")
-        if not name.strip("/"):
-            raise UsageError(f"--to {redact_text(uri)}: no model name (mlflow://MODEL_NAME)")
-        options = {k: v[-1] for k, v in parse_qs(query).items()}
-        unknown = sorted(set(options) - {"tracking_uri", "registry_uri", "experiment"})
-        if unknown:
-            raise UsageError(f"--to {redact_text(uri)}: unknown option {unknown[0]!r} (expected tracking_uri, "
-                             "registry_uri, experiment)")
-        return Target("mlflow", uri, name.strip("/"), options=options)
-    if scheme == "file" and not rest.startswith("/"):
-        raise UsageError(f"--to {uri}: a file:// target is an absolute path (file:///PATH)")
-    if scheme in ("s3", "gs") and not rest.strip("/"):
-        raise UsageError(f"--to {uri}: no bucket ({scheme}://BUCKET/PREFIX)")
-    return Target(scheme, uri, rest.rstrip("/") if scheme != "file" else rest.rstrip("/") or "/")
+    """``--to URI`` as a :class:`~thub.checkpoint.storage.Target` (:func:`thub.checkpoint.storage.parse_uri`,
+    the one parser of storage URIs); UsageError (exit 2) naming the registered shapes."""
+    try:
+        return parse_uri(uri, "push")
+    except UsageError as exc:
+        raise UsageError(f"--to {redact_text(uri)}: {exc}") from None
 
 
 # --- the run and the verify result ----------------------------------------------------------------
@@ -178,8 +113,9 @@ def plan_push(directory: str, to: str, *, public: bool = False, force: bool = Fa
     if not folder.is_dir():
         raise UsageError(f"{directory}: {'no such folder' if not folder.exists() else 'not a folder'}")
     target = parse_target(to)
-    if public and target.scheme != "hf":
-        raise UsageError(f"--public: only an hf:// target has a visibility ({target.scheme}:// has none)")
+    if public and not (target.spec and target.spec.visibility):
+        raise UsageError(f"--public: only an {visible_schemes()} target has a visibility "
+                         f"({target.scheme}:// has none)")
     run_dir = find_run(folder, run)
     checked = verification(folder, run_dir, dry_run)
     if checked["ok"] is False and not force:
@@ -197,7 +133,7 @@ def plan_push(directory: str, to: str, *, public: bool = False, force: bool = Fa
     facts["files"] = sent
     plot = PLOT_NAME if _will_plot(run_dir) else None
     return {"source": str(folder), "to": target.shown, "kind": target.scheme, "target": target.location,
-            "revision": target.revision, "private": (not public) if target.scheme == "hf" else None,
+            "revision": target.revision, "private": (not public) if target.spec and target.spec.visibility else None,
             "run_dir": str(run_dir) if run_dir else None, "verify": checked,
             "forced": bool(force and checked["ok"] is False),
             "files": sent, "manifest": manifest,
@@ -221,141 +157,19 @@ def _checksummed(folder: Path, files: list[str], force: bool) -> tuple[list[dict
              "sha256": known.get(f) or sha256_of(sendable(folder, f))} for f in files], checked.ok
 
 
-# --- the uploads ----------------------------------------------------------------------------------
+# --- the upload -----------------------------------------------------------------------------------
 
-def _push_hf(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, Any]:
-    from huggingface_hub import CommitOperationAdd, HfApi
+def sender_of(target: Target) -> Any:
+    """The function that sends to ``target``: its scheme's ``StorageSpec.push`` (imported now), else
+    the generic fsspec push (:func:`thub.checkpoint.push_fsspec.push_fsspec`)."""
+    from thub.specs import load_object
 
-    target: Target = plan["_target"]
-    api = HfApi()
-    repo = api.create_repo(target.location, private=plan["private"], exist_ok=True, repo_type="model")
-    if plan["private"] and api.repo_info(target.location, repo_type="model").private is False:
-        raise UsageError(f"--to {target.uri}: the repo exists and is public; pass --public to push into it")
-    if target.revision:
-        api.create_branch(target.location, branch=target.revision, exist_ok=True, repo_type="model")
-    folder = Path(plan["source"])
-    message = f"thub checkpoint push of {folder.name}"
-    if large_folder(plan["files"]):
-        # upload_folder sends a folder whole: the collected files (links to them) beside the card
-        with staged(folder, plan["files"], extras) as staging:
-            info = api.upload_folder(repo_id=target.location, folder_path=str(staging), repo_type="model",
-                                     revision=target.revision, commit_message=message)
-        return {"revision": getattr(info, "oid", None), "url": getattr(info, "commit_url", None) or str(repo),
-                "upload": "upload_folder"}
-    operations = [CommitOperationAdd(path_in_repo=f["path"], path_or_fileobj=str(sendable(folder, f["path"])))
-                  for f in plan["files"]]
-    operations += [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in extras.items()]
-    info = api.create_commit(target.location, operations=operations, repo_type="model", revision=target.revision,
-                             commit_message=message)
-    return {"revision": getattr(info, "oid", None), "url": getattr(info, "commit_url", None) or str(repo),
-            "upload": "create_commit"}
+    spec = target.spec
+    if spec is not None and spec.push:
+        return load_object(spec.push)
+    from thub.checkpoint.push_fsspec import push_fsspec
 
-
-def large_folder(files: list[dict[str, Any]]) -> bool:
-    """Whether a Hub push goes through ``upload_folder`` (resumable, several commits) rather than one
-    ``create_commit``: past :data:`LARGE_FOLDER_FILES` files (where huggingface_hub warns that one commit
-    may fail) or :data:`LARGE_FOLDER_BYTES`."""
-    return len(files) > LARGE_FOLDER_FILES or sum(f["bytes"] for f in files) > LARGE_FOLDER_BYTES
-
-
-def _tracking_uri(target: Target, run_dir: Path | None) -> str:
-    uri = target.options.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri and run_dir is not None:
-        from thub.checkpoint.layouts import run_parameters
-        from thub.redact import real_values
-
-        uri = real_values(run_parameters(run_dir) or {}, run_dir).get("mlflow_tracking_uri")
-    if not uri:
-        raise UsageError(f"--to {target.shown}: no MLflow tracking URI: add ?tracking_uri=URI, set "
-                         "MLFLOW_TRACKING_URI, or push a run trained with mlflow_tracking_uri")
-    return str(uri)
-
-
-def _push_mlflow(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, Any]:
-    from mlflow import MlflowClient
-    from mlflow.entities import Metric
-    from mlflow.exceptions import MlflowException
-
-    from thub.trackers.sink import ensure_experiment
-
-    target: Target = plan["_target"]
-    run_dir = Path(plan["run_dir"]) if plan["run_dir"] else None
-    uri = _tracking_uri(target, run_dir)
-    # before any MlflowClient opens the store: a new SQLite store made by one gets MLflow's default
-    # artifact root, ./mlruns of whatever folder the push ran in, for its Default experiment
-    experiment = ensure_experiment(uri, target.options.get("experiment") or MLFLOW_EXPERIMENT)
-    client = MlflowClient(tracking_uri=uri, registry_uri=target.options.get("registry_uri") or uri)
-    facts = plan["card_facts"]
-    run = client.create_run(experiment, run_name=f"push {Path(plan['source']).name}",
-                            tags={"thub.source": plan["source"], "thub.run_dir": plan["run_dir"] or "",
-                                  "thub.algorithm": facts.get("algorithm") or "",
-                                  "thub.backend": facts.get("backend") or ""})
-    run_id = run.info.run_id
-    try:
-        if run_dir is not None:  # the run's parameters as thub's trackers log them (thub.<name>, with sources)
-            from thub.runner.rundir import read_json
-            from thub.trackers import run_metadata
-            from thub.trackers.sink import log_metadata_mlflow
-
-            log_metadata_mlflow(client, run_id, run_metadata(read_json(run_dir / "thub_run.json") or {}))
-        now = int(time.time() * 1000)
-        step = int((facts.get("final_metrics") or {}).get("step") or 0)
-        metrics = [Metric(k, float(v), now, step) for k, v in (facts.get("final_metrics") or {}).items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"]
-        if metrics:
-            client.log_batch(run_id, metrics=metrics)
-        with staged(Path(plan["source"]), plan["files"], extras) as staging:
-            client.log_artifacts(run_id, str(staging), "model")
-        client.set_terminated(run_id)
-    except BaseException:
-        client.set_terminated(run_id, status="FAILED")
-        raise
-    try:
-        client.create_registered_model(target.location)
-    except MlflowException as exc:
-        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-    version = client.create_model_version(target.location, source=f"{run.info.artifact_uri}/model", run_id=run_id,
-                                          tags={"thub.source": plan["source"]},
-                                          description=f"pushed by thub checkpoint push from {plan['source']}")
-    return {"revision": str(version.version), "url": f"models:/{target.location}/{version.version}",
-            "mlflow_run_id": run_id}
-
-
-def _push_fsspec(plan: dict[str, Any], extras: dict[str, bytes]) -> dict[str, Any]:
-    import fsspec  # type: ignore[import-untyped]  # ships no py.typed
-
-    target: Target = plan["_target"]
-    try:
-        fs = fsspec.filesystem(target.scheme)
-    except ImportError as exc:
-        package = {"s3": "s3fs", "gs": "gcsfs"}.get(target.scheme, target.scheme)
-        raise UsageError(f"--to {target.shown}: {target.scheme}:// needs {package}, which is not installed: "
-                         f"python -m pip install {package} ({exc})") from None
-    root = target.location
-    from thub.checkpoint import push_partial
-
-    # a push of thub's cut off halfway (its marker there) is replaced; anything else in the target is refused
-    push_partial.clear_unfinished(fs, root, target.shown, lambda m: print(f"thub: {m}", file=sys.stderr, flush=True))
-    if fs.exists(root) and fs.isdir(root) and fs.ls(root, detail=False):
-        raise UsageError(f"--to {target.shown}: already holds files; push to a new or empty path")
-    folder = Path(plan["source"])
-    local = target.scheme == "file"  # written here: the usual modes, a private file kept private (copy_local)
-    push_partial.begin(fs, root, str(folder), [f["path"] for f in plan["files"]] + sorted(extras))
-    for f in plan["files"]:
-        parent = Path(f["path"]).parent.as_posix()
-        fs.makedirs(root if parent == "." else f"{root}/{parent}", exist_ok=True)
-        if local:
-            copy_local(sendable(folder, f["path"]), Path(root) / f["path"])
-        else:
-            fs.put_file(str(sendable(folder, f["path"])), f"{root}/{f['path']}")
-    for name in sorted(extras, key=lambda n: n == "README.md"):  # the card last: the push is whole when it is there
-        if local:
-            write_new(Path(root) / name, extras[name])
-        else:
-            fs.pipe_file(f"{root}/{name}", extras[name])
-    push_partial.finish(fs, root)
-    return {"revision": None, "url": target.shown}
+    return push_fsspec
 
 
 def push(plan: dict[str, Any]) -> dict[str, Any]:
@@ -374,7 +188,7 @@ def push(plan: dict[str, Any]) -> dict[str, Any]:
         listed = [*plan["files"], *({"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
                                     for name, data in sorted(extras.items()))]
         extras[MANIFEST] = manifest_bytes(listed, "thub checkpoint push")
-        sender = {"hf": _push_hf, "mlflow": _push_mlflow}.get(plan["kind"], _push_fsspec)
+        sender = sender_of(plan["_target"])
         try:
             done = sender(plan, extras)
         except ThubError:

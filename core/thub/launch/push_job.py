@@ -51,8 +51,11 @@ def plan_job(directory: str, to: str, *, public: bool = False, force: bool = Fal
     from thub.launch.slurm import SlurmRequest, render_cpu_job, step_directives
 
     target = parse_target(to)
-    if public and target.scheme != "hf":
-        raise UsageError(f"--public: only an hf:// target has a visibility ({target.scheme}:// has none)")
+    if public and not (target.spec and target.spec.visibility):
+        from thub.checkpoint.storage import visible_schemes
+
+        raise UsageError(f"--public: only an {visible_schemes()} target has a visibility "
+                         f"({target.scheme}:// has none)")
     if after is not None and not re.fullmatch(r"\d+(_\d+)?", after):
         raise UsageError(f"--after: expected a SLURM job id (digits), found {after!r}")
     folder = Path(directory).expanduser().resolve()

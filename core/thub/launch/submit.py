@@ -44,6 +44,14 @@ def slurm_request(resolved: Any, options: LaunchOptions) -> Any:
     )
 
 
+def _local_target(uri: str) -> bool:
+    """Whether a push to ``uri`` stays on this machine (its storage scheme is ``local``: needs no network)."""
+    from thub.manager import get_registry
+
+    spec = get_registry().storage.get(uri.partition("://")[0])
+    return bool(spec and spec.local)
+
+
 def _warnings(resolved: Any, profile: Any) -> list[str]:
     values = resolved.values()
     notes = []
@@ -54,7 +62,7 @@ def _warnings(resolved: Any, profile: Any) -> list[str]:
     if profile.offline and uri.startswith(("http://", "https://")):
         notes.append(f"cluster {profile.name!r} is offline: mlflow_tracking_uri {uri} will not be reachable")
     push = str(values.get("push") or "")
-    if profile.offline and push and not push.startswith("file://") and not profile.push_partition:
+    if profile.offline and push and not _local_target(push) and not profile.push_partition:
         notes.append(f"cluster {profile.name!r} is offline and names no push_partition: the push job runs on "
                      f"{profile.export_partition or profile.partition or 'the default partition'} without network "
                      f"(HF_HUB_OFFLINE=1); add a login/transfer partition as push_partition")

@@ -1,7 +1,8 @@
 """The remote checkpoint mirror (``checkpoint_storage``): every complete checkpoint copied off the node.
 
-``checkpoint_storage: s3://BUCKET/PREFIX`` (or ``gs://``, ``file:///PATH``; any of them through fsspec)
-makes the supervisor copy each checkpoint the child reports (the ``checkpoint`` event) to
+``checkpoint_storage: s3://BUCKET/PREFIX`` (or ``gs://``, ``file:///PATH``, or any registered storage scheme
+that supports the mirror: ``thub_register_storage``, opened through fsspec) makes the supervisor copy each
+checkpoint the child reports (the ``checkpoint`` event) to
 ``URI/<run-id>/<name>/``, where ``<run-id>`` is the run's own (``thub_run.json`` ``run_id``,
 :func:`thub.runner.rundir.new_run_id`: runs sharing one URI never write over each other's copies) and
 ``<name>`` is ``checkpoint-N`` for the HF Trainer layout (``checkpoints/checkpoint-N``) and the path below
@@ -43,8 +44,6 @@ __all__ = ["MARKER", "Mirror", "check_storage_uri", "open_storage", "planned_pre
 
 #: written last into every mirrored checkpoint folder: its presence makes the remote copy complete
 MARKER = ".thub-complete"
-#: the schemes checkpoint_storage takes, with the fsspec driver each needs (None: fsspec's own)
-SCHEMES: dict[str, str | None] = {"s3": "s3fs", "gs": "gcsfs", "file": None}
 #: where offered checkpoints are hard-linked while they wait for (and during) their upload
 STAGING = ".thub-mirror"
 #: checkpoints waiting for the worker; beyond this the oldest pending one is dropped (a newer one is queued)
@@ -53,23 +52,21 @@ WAIT_ENV = "THUB_MIRROR_WAIT"
 
 
 def check_storage_uri(value: str) -> str:
-    """``value`` when it is a ``checkpoint_storage`` URI thub can write to here; else ValueError
-    naming the expected shapes, or the driver to install (checked without importing it)."""
-    from importlib.util import find_spec
+    """``value`` when it is a ``checkpoint_storage`` URI thub can write to here: a registered storage
+    scheme that supports the mirror (:func:`thub.checkpoint.storage.parse_uri`, the parser
+    ``thub checkpoint push`` reads its targets with) and whose packages are installed; else
+    ValueError naming the expected shapes, or the driver to install (checked without importing it)."""
+    from thub.checkpoint.storage import missing_package, parse_uri
+    from thub.errors import UsageError
 
-    scheme, sep, rest = value.partition("://")
-    expected = "expected s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or file:///PATH"
-    if not sep or scheme not in SCHEMES:
-        raise ValueError(expected)
-    if scheme == "file" and not rest.startswith("/"):
-        raise ValueError("a file:// location is an absolute path (file:///PATH)")
-    if scheme != "file" and not rest.strip("/"):
-        raise ValueError(f"no bucket ({scheme}://BUCKET/PREFIX)")
-    package = SCHEMES[scheme]
-    for module in ("fsspec", *([package] if package else [])):
-        if find_spec(module) is None:
-            raise ValueError(f"{scheme}:// needs the fsspec driver {module}, which is not installed: "
-                             f"python -m pip install {module}")
+    try:
+        target = parse_uri(value, "mirror")
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+    module = missing_package(target.spec) if target.spec else None
+    if module is not None:
+        raise ValueError(f"{target.scheme}:// needs the fsspec driver {module}, which is not installed: "
+                         f"python -m pip install {module}")
     return value
 
 

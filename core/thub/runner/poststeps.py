@@ -97,37 +97,41 @@ def _plan_eval(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plan_push(values: dict[str, Any]) -> dict[str, Any]:
-    from importlib.util import find_spec
-
     from thub.checkpoint.push import parse_target
+    from thub.checkpoint.storage import missing_package, visible_schemes
+    from thub.specs import load_object
 
     uri = str(values["push"])
     try:
         target = parse_target(uri)
     except UsageError as exc:
         raise UsageError(f"push: {str(exc).replace('--to ', '', 1)}") from None
+    spec = target.spec
+    assert spec is not None  # parse_target sets it
     public = bool(values.get("push_public"))
-    if public and target.scheme != "hf":
-        raise UsageError(f"push_public: only an hf:// target has a visibility ({target.scheme}:// has none)")
+    if public and not spec.visibility:
+        raise UsageError(f"push_public: only an {visible_schemes()} target has a visibility "
+                         f"({target.scheme}:// has none)")
     if not values.get("export") and "lora_r" in values:
         # an adapter run's final model is no servable folder: push what export merges
         raise UsageError(f"push {target.shown}: this run saves a LoRA adapter, not a model folder: set export "
                          "(--export DIR) to merge and verify it first; push sends the export folder")
-    needs = {"s3": "s3fs", "gs": "gcsfs", "mlflow": "mlflow", "hf": "huggingface_hub"}.get(target.scheme)
-    if needs and find_spec(needs) is None:
+    needs = missing_package(spec)
+    if needs:
         raise UsageError(f"push {target.shown}: {target.scheme}:// needs {needs}, which is not installed: "
                          f"python -m pip install {needs}")
-    if target.scheme == "mlflow" and not (target.options.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
-                                          or values.get("mlflow_tracking_uri")):
-        raise UsageError(f"push {target.shown}: no MLflow tracking URI: add ?tracking_uri=URI, set "
-                         "MLFLOW_TRACKING_URI, or train with mlflow_tracking_uri")
-    if target.scheme == "file":
+    if spec.check:  # the scheme's own refusal before training (mlflow: a tracking URI)
+        try:
+            load_object(spec.check)(target, values)
+        except UsageError as exc:
+            raise UsageError(f"push {target.shown}: {exc}") from None
+    if spec.local:
         folder = Path(target.location)
         if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise UsageError(f"push {target.shown}: already holds files; push to a new or empty path "
                              "(nothing was written)")
     return {"to": target.shown, "kind": target.scheme,
-            "private": (not public) if target.scheme == "hf" else None,
+            "private": (not public) if spec.visibility else None,
             "source": values.get("export") or "the final model (an HF folder that thub checkpoint verify passes)"}
 
 

@@ -13,11 +13,20 @@ SUMMARY = ("Push a verified model folder with a model card from its run to the H
            "an MLflow registry, S3, GCS or a folder; never training state or secrets.")
 
 
+class _TargetOption(click.Option):
+    """``--to``, whose help lists the registered storage schemes' URI shapes (``thub_register_storage``),
+    read when the help is shown, not when the command is imported."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from thub.checkpoint.storage import shapes
+
+        self.help = f"{shapes('push')}."
+        return super().get_help_record(ctx)
+
+
 @click.command("push", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("directory", type=click.Path())
-@click.option("--to", "to", required=True, metavar="URI",
-              help="hf://ORG/NAME[@BRANCH], mlflow://MODEL_NAME[?tracking_uri=URI], s3://BUCKET/PREFIX, "
-                   "gs://BUCKET/PREFIX or file:///PATH.")
+@click.option("--to", "to", required=True, metavar="URI", cls=_TargetOption)
 @click.option("--public", is_flag=True, help="Make a new Hub repo public (default: private).")
 @click.option("--force", is_flag=True, help="Push a folder that has not passed thub checkpoint verify.")
 @click.option("--run", "run", default=None, type=click.Path(),
