@@ -23,6 +23,7 @@ from thub.specs import (
     CheckSpec,
     CommandSpec,
     EvaluatorSpec,
+    LauncherSpec,
     RewardSpec,
     RunEvent,
     StorageSpec,
@@ -182,6 +183,10 @@ class _EveryHook:
         register(StorageSpec("toy-store", "a toy store", "toy-store://BUCKET/PREFIX"))
 
     @hookimpl
+    def thub_register_launchers(self, register):
+        register(LauncherSpec("toy-launcher", "a toy launcher", submit="x:submit"))
+
+    @hookimpl
     def thub_on_event(self, event):
         self.events.append(event)
 
@@ -197,7 +202,8 @@ def test_every_hook_is_called(thub_plugin, thub_cli) -> None:
     info = registry.plugins["toy"]
     assert info.registered == {"algorithms": ["toy"], "backends": ["toyb"], "rewards": ["always_one"],
                                "evaluators": ["toy-eval"], "checks": ["toy.check"], "commands": ["toy-hello"],
-                               "trackers": ["toy-tracker"], "storage": ["toy-store"]}
+                               "trackers": ["toy-tracker"], "storage": ["toy-store"], "launchers": ["toy-launcher"]}
+    assert registry.launchers["toy-launcher"].provenance.plugin == "toy"
     assert registry.trackers["toy-tracker"].provenance.plugin == "toy"
     from thub.checkpoint.storage import parse_uri
 

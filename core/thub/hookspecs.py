@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         CommandSpec,
         DataKindSpec,
         EvaluatorSpec,
+        LauncherSpec,
         RewardSpec,
         RunEvent,
         StorageSpec,
@@ -91,6 +92,13 @@ def thub_register_storage(register: Callable[[StorageSpec], None]) -> None:
     driver packages, import string of its push); ``thub checkpoint push --to`` and
     ``checkpoint_storage`` take the registered ones and core names none itself (``hf``, ``mlflow``,
     ``s3``, ``gs`` and ``file`` come from ``thub_builtins.storage``)."""
+
+
+@hookspec
+def thub_register_launchers(register: Callable[[LauncherSpec], None]) -> None:
+    """Register launchers (``LauncherSpec``: name, its ``thub train`` options, import strings of
+    ``plan``, ``submit``, ``status``, ``cancel``); ``--launcher`` offers the registered ones and
+    core names none itself (``local`` and ``slurm`` come from ``thub_builtins.launchers``)."""
 
 
 @hookspec

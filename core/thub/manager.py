@@ -34,6 +34,7 @@ from thub.specs import (
     DataFormatSpec,
     DataKindSpec,
     EvaluatorSpec,
+    LauncherSpec,
     Provenance,
     Registered,
     RewardSpec,
@@ -52,6 +53,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "thub_builtins.kubeflow",
     "thub_builtins.trackers",
     "thub_builtins.commands",
+    "thub_builtins.launchers",
     "thub_builtins.storage",
 )
 
@@ -65,6 +67,7 @@ _REGISTRATION_HOOKS: dict[str, tuple[str, type[Registered]]] = {
     "trackers": ("thub_register_trackers", TrackerSpec),
     "checks": ("thub_register_checks", CheckSpec),
     "commands": ("thub_register_commands", CommandSpec),
+    "launchers": ("thub_register_launchers", LauncherSpec),
     "storage": ("thub_register_storage", StorageSpec),
 }
 
@@ -115,6 +118,8 @@ class Registry:
     shadowed: list[str] = field(default_factory=list)
     # `thub` subcommands (thub_register_commands), built-in ones included: name -> spec
     commands: dict[str, CommandSpec] = field(default_factory=dict)
+    #: launchers by name (thub_register_launchers): ``thub train --launcher``, ``thub runs``
+    launchers: dict[str, LauncherSpec] = field(default_factory=dict)
     #: storage URI schemes by name (thub_register_storage): push targets and the checkpoint mirror
     storage: dict[str, StorageSpec] = field(default_factory=dict)
 
@@ -151,6 +156,16 @@ class Registry:
                 f"unknown algorithm {name!r}{did_you_mean(name, self.algorithms)}; "
                 f"available: {', '.join(sorted(self.algorithms))}"
             ) from None
+
+    def launcher(self, name: str) -> LauncherSpec:
+        """The launcher ``name``; else a UsageError naming the registered ones."""
+        from thub.errors import UsageError, did_you_mean
+
+        try:
+            return self.launchers[name]
+        except KeyError:
+            raise UsageError(f"--launcher: expected one of {', '.join(self.launchers) or '(none registered)'}, "
+                             f"found {name!r}{did_you_mean(name, self.launchers)}") from None
 
     def data_formats(self) -> list[tuple[DataFormatSpec, DataKindSpec]]:
         """Every registered data format with its kind, in detection order (priority, then

@@ -536,6 +536,64 @@ class StorageSpec(Registered):
                              f"{sorted(self.supports)}")
 
 
+@dataclass(frozen=True)
+class LauncherSpec(Registered):
+    """How ``thub train --launcher NAME`` starts a resolved run, and how ``thub runs`` asks about it.
+
+    The run directory, ``thub_run.json``, ``result.json``, ``thub runs``/``thub history`` and the
+    post-run chain (export, eval, push) are the core's and the same on every launcher; a launcher
+    adds only where the run starts and the scheduler's view of it (docs/hooks.md). Every callable
+    is named by import string and imported only when that launcher is used.
+
+    Attributes:
+        name: the ``--launcher`` value (``thub train``, ``thub checkpoint push``).
+        summary: one line for ``--help``.
+        submit: ``submit(resolved, options, *, dry_run, as_json, overwrite, resume, command_line,
+            force_launch) -> int``:
+            build the plan (:func:`thub.launch.plan.plan_for`), then show it (``dry_run``) or start
+            the run; returns the exit code. ``options``: :class:`thub.launch.options.LaunchOptions`.
+        plan: ``plan(resolved, options) -> (request, section, script)``: what it would submit, for
+            the dry run and the submission: a request object of its own, the ``launch`` section of
+            the plan and of ``thub_run.json`` (``launcher`` first; ``job_ids`` recorded on submit)
+            and the rendered script or command shown verbatim. None: nothing beyond the core plan.
+        status: ``status(run_dir, job_ids) -> {job_id: {"state": STATE, ...}}`` for the job ids
+            its submit recorded (``launch.job_ids``); states use SLURM's names (``PENDING``,
+            ``RUNNING``, ``COMPLETED``, ``FAILED``, ``CANCELLED``, ...: :data:`thub.launch.JOB_ENDED`).
+            ``thub runs status`` and ``thub runs wait`` (which polls it) read it.
+        cancel: ``cancel(run_dir, job_ids, dry_run) -> str``: stop the recorded jobs (restarts
+            included) and return the command it ran (``dry_run``: would run); a failure raises
+            :class:`~thub.errors.UsageError`.
+        logs: globs under the run's ``logs/`` of the job output files ``thub runs logs`` shows
+            after the training logs (``slurm-*.out``).
+        options: the launcher flags of ``thub train`` it takes beyond ``--nodes`` and
+            ``--gpus-per-node`` (:class:`thub.launch.options.LaunchOptions` field names:
+            ``cluster``, ``cluster_file``, ``time``, ``max_restarts``); another one given is an error.
+        distributed: ``distributed(options, flags, sources) -> (nnodes, nproc_per_node)``: the
+            values ``--nodes``/``--gpus-per-node`` set (a layer of resolve), where the launcher
+            derives them (a cluster profile); may update ``sources``. None: the flags as given.
+        runs_elsewhere: the run starts on another machine: paths are made absolute before the
+            plan and ``PET_*`` (this machine's worker) are not read.
+        chained_steps: the post-run steps run as jobs chained after training (the plan says so).
+        push_job: ``push_job(directory, to, *, public, force, run, cluster, cluster_file, after,
+            time, job_dir, as_json, dry_run) -> None``: ``thub checkpoint push --launcher NAME``
+            as a job of its own. None: the launcher cannot push (the local push runs here).
+    """
+
+    name: str
+    summary: str
+    submit: str
+    plan: str | None = None
+    status: str | None = None
+    cancel: str | None = None
+    logs: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    distributed: str | None = None
+    runs_elsewhere: bool = False
+    chained_steps: bool = False
+    push_job: str | None = None
+    provenance: Provenance = Provenance()
+
+
 EventKind = Literal["started", "metrics", "checkpoint", "succeeded", "failed", "interrupted", "pushed"]
 #: The kinds that end a run: the run's final ``status`` (``result.json``), one of them per run.
 END_KINDS: frozenset[str] = frozenset({"succeeded", "failed", "interrupted"})

@@ -50,14 +50,15 @@ def check_target(out: str) -> None:
                          "nothing was written)")
 
 
-def plan_export(values: dict[str, Any], slurm: bool = False) -> dict[str, Any] | None:
-    """The ``export`` entry of a run's plan (None without ``export``); refuses a bad target."""
+def plan_export(values: dict[str, Any], chained: bool = False) -> dict[str, Any] | None:
+    """The ``export`` entry of a run's plan (None without ``export``); refuses a bad target.
+    ``chained``: the launcher runs it as a job chained after training (``LauncherSpec.chained_steps``)."""
     out = values.get("export")
     if not out:
         return None
     check_target(str(out))
     return {"path": str(out),
-            "when": "after a successful run" + (", as a CPU job chained afterok after training" if slurm else ""),
+            "when": "after a successful run" + (", as a CPU job chained afterok after training" if chained else ""),
             "steps": ["merge (a PEFT adapter) / consolidate (a sharded checkpoint) / copy (an HF model), by "
                       "result.json final_model's layout", "verify (thub checkpoint verify, logits against the "
                       "final model)"]}

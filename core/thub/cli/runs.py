@@ -1,7 +1,8 @@
 """``thub runs status|logs|cancel|wait RUN_DIR``: a run as the scheduler and its files see it.
 
-Works for every run directory: local runs have only files; SLURM runs also have job ids in
-``thub_run.json`` (``launch.job_ids``), asked about with squeue / scontrol / scancel.
+Works for every run directory: local runs have only files; a run a scheduler launcher submitted
+also has job ids in ``thub_run.json`` (``launch.job_ids``), asked about through the recorded
+launcher's ``LauncherSpec`` (``status``, ``cancel``, ``logs``; SLURM: squeue / scontrol / scancel).
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ from typing import Any
 import click
 
 from thub.errors import UsageError
+from thub.launch import JOB_ENDED as _ENDED
+from thub.launch.options import DEFAULT_LAUNCHER
 from thub.ui.output import console, emit_json, stdout_console, table
-
-# SLURM states after which a job will not run again
-_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-          "BOOT_FAIL", "DEADLINE"}
 
 
 def _run(run_dir: str) -> tuple[Any, dict[str, Any]]:
@@ -59,13 +58,12 @@ def _progress(directory: Any) -> dict[str, Any] | None:
 
 def status_data(run_dir: str) -> dict[str, Any]:
     """Everything ``thub runs status`` shows, as data (``--json``)."""
-    from thub.launch import slurm
     from thub.runner.rundir import read_json
 
     directory, record = _run(run_dir)
-    launch = record.get("launch") or {"launcher": "local"}
+    launch = record.get("launch") or {"launcher": DEFAULT_LAUNCHER}
     job_ids = [str(j) for j in launch.get("job_ids") or []]
-    jobs = slurm.job_states(job_ids) if job_ids else {}
+    jobs = _launcher_call(launch, "status")(directory.path, job_ids) if job_ids else {}
     result = read_json(directory.result)
     status = result["status"] if result else "unknown"
     if not result and job_ids:
@@ -74,9 +72,22 @@ def status_data(run_dir: str) -> dict[str, Any]:
         status = "running" if "RUNNING" in live else "queued" if live else "ended"
     listed = [{"job_id": j, **jobs.get(j, {"state": "UNKNOWN"})} for j in job_ids]
     return {"run_dir": str(directory.path), "algorithm": record.get("algorithm"), "backend": record.get("backend"),
-            "launcher": launch.get("launcher", "local"), "cluster": launch.get("cluster"), "status": status,
+            "launcher": launch.get("launcher", DEFAULT_LAUNCHER), "cluster": launch.get("cluster"), "status": status,
             "jobs": listed, "progress": _progress(directory), "result": result, "trackers": _trackers(directory),
             "steps": (steps := _post_steps(record, result, listed)), "export": _export_step(steps)}
+
+
+def _launcher_call(launch: dict[str, Any], what: str) -> Any:
+    """The recorded launcher's ``what`` (``status``, ``cancel``: a ``LauncherSpec`` import string),
+    loaded; a launcher that is not installed, or has no ``what``, is a UsageError."""
+    from thub.manager import get_registry
+    from thub.specs import load_object
+
+    spec = get_registry().launcher(str(launch.get("launcher") or DEFAULT_LAUNCHER))
+    target = getattr(spec, what)
+    if target is None:
+        raise UsageError(f"launcher {spec.name!r} ({spec.provenance.describe()}) has no {what}")
+    return load_object(target)
 
 
 def _post_steps(record: dict[str, Any], result: dict[str, Any] | None,
@@ -209,8 +220,13 @@ def status(run_dir: str, as_json: bool) -> None:
 @click.option("--all", "whole", is_flag=True, help="Whole logs.")
 def logs(run_dir: str, lines: int, whole: bool) -> None:
     """The training log(s) and the scheduler's job output."""
+    from thub.manager import get_registry
+
     directory, _record = _run(run_dir)
-    files = sorted(directory.logs.glob("*.log")) + sorted(directory.logs.glob("slurm-*.out"))
+    # every registered launcher's job output (a push job may write beside a run of another launcher)
+    patterns = dict.fromkeys(pattern for spec in get_registry().launchers.values() for pattern in spec.logs)
+    files = sorted(directory.logs.glob("*.log")) + [path for pattern in patterns
+                                                    for path in sorted(directory.logs.glob(pattern))]
     if not files:
         raise UsageError(f"{run_dir}: no logs yet")
     for path in files:
@@ -221,21 +237,18 @@ def logs(run_dir: str, lines: int, whole: bool) -> None:
 
 @runs.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--dry-run", is_flag=True, help="Show the scancel command; cancel nothing.")
+@click.option("--dry-run", is_flag=True, help="Show the launcher's cancel command (e.g. scancel); cancel nothing.")
 def cancel(run_dir: str, dry_run: bool) -> None:
     """Cancel every job of the run's chain (restarts included)."""
-    from thub.launch import slurm
-
-    _directory, record = _run(run_dir)
-    job_ids = [str(j) for j in (record.get("launch") or {}).get("job_ids") or []]
+    directory, record = _run(run_dir)
+    launch = record.get("launch") or {}
+    job_ids = [str(j) for j in launch.get("job_ids") or []]
     if not job_ids:
         raise UsageError(f"{run_dir}: no scheduler jobs recorded (a local run stops with Ctrl-C)")
+    command = _launcher_call(launch, "cancel")(directory.path, job_ids, dry_run)
     if dry_run:
-        click.echo("$ scancel " + " ".join(job_ids))
+        click.echo("$ " + command)
         return
-    done = slurm.cancel(job_ids)
-    if done.returncode != 0:
-        raise UsageError(f"scancel failed: {done.stderr.strip()}")
     console().print(f"cancelled {', '.join(job_ids)}", highlight=False)
 
 

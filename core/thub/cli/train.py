@@ -10,9 +10,9 @@ import click
 
 from thub.cli.param_options import AlgorithmGroup, flag_values, honoured_somewhere, option_for
 from thub.config.fields import param_infos
+from thub.launch.choice import DEFAULT_LAUNCHER, LauncherChoice
 from thub.manager import get_registry
-from thub.ui.output import console, emit_json
-from thub.ui.plan import show_plan
+from thub.ui.output import console
 
 
 def _make_command(algorithm: str) -> click.Command:
@@ -45,32 +45,13 @@ def _make_command(algorithm: str) -> click.Command:
         for note in resolved.notes if not control["dry_run"] else ():  # the dry run's plan lists them
             console().print(f"training-hub name {note}", markup=False)
         _warn_unknown_variables()
-        if launch.launcher == "slurm":
-            from thub.launch.submit import launch_slurm
+        from thub.specs import load_object
 
-            sys.exit(launch_slurm(resolved, launch, dry_run=control["dry_run"], as_json=control["as_json"],
-                                  overwrite=control["overwrite"], resume=control["resume"],
-                                  command_line=["thub", *sys.argv[1:]]))
-        if control["dry_run"]:
-            # the plan the real run builds (thub.launch.plan): the data gate without a tokenizer,
-            # the translation; bad input: exit 2, nothing written
-            from thub.launch.plan import plan_for
-
-            show_plan(plan_for(resolved, launch).as_dict(), control["as_json"])
-            return
-        from thub.runner import run_training
-
-        if not control["as_json"]:
-            console().print(f"[bold]{algorithm}[/bold] on backend [bold]{resolved.backend.name}[/bold] "
-                            f"({resolved.backend_reason}) -> {resolved.values()['ckpt_output_dir']}")
-        result = run_training(resolved, overwrite=control["overwrite"], resume=control["resume"],
-                              command_line=["thub", *sys.argv[1:]], quiet_json=control["as_json"],
-                              force_launch=control["force_launch"])
-        if control["as_json"]:
-            emit_json(result)
-        from thub.runner.poststeps import exit_code
-
-        sys.exit(exit_code(result))  # 1 also when training succeeded but a post-run step (export, eval, push) failed
+        # the launcher's submit (LauncherSpec): the plan (thub.launch.plan), then the dry run or the run;
+        # 1 also when training succeeded but a post-run step (export, eval, push) failed
+        sys.exit(load_object(launch.spec().submit)(
+            resolved, launch, dry_run=control["dry_run"], as_json=control["as_json"], overwrite=control["overwrite"],
+            resume=control["resume"], command_line=["thub", *sys.argv[1:]], force_launch=control["force_launch"]))
 
     params: list[click.Parameter] = [
         click.Option(["--backend", "-b"],
@@ -88,8 +69,8 @@ def _make_command(algorithm: str) -> click.Command:
                      help="Launch even when preflight checks fail (to see the library's own error)."),
         click.Option(["--resume"], is_flag=True,
                      help="Continue the run in ckpt_output_dir from its latest checkpoint."),
-        click.Option(["--launcher"], type=click.Choice(["local", "slurm"]), default=None,
-                     help="local (this machine; PET_* makes it one node's worker) or slurm (sbatch). [default: local]"),
+        click.Option(["--launcher"], type=LauncherChoice(), default=None,
+                     help=f"{LauncherChoice.describe()} [default: {DEFAULT_LAUNCHER}]"),
         click.Option(["--cluster"],
                      help="Cluster profile for --launcher slurm (see `thub clusters`). [default: local]"),
         click.Option(["--cluster-file"], type=click.Path(dir_okay=False), help="Extra YAML file of cluster profiles."),

@@ -233,7 +233,7 @@ def resolve(
         )
     chosen, reason = choose_backend(registry, algorithm, backend)
     given = {k: v for k, v in (flags or {}).items() if v is not None}
-    local = launch is None or launch.launcher == "local"
+    local = launch is None or not registry.launcher(launch.launcher).runs_elsewhere  # PET_*: this machine's worker
 
     layers: list[dict[str, tuple[Any, str]]] = [
         {k: (v, f"backend {chosen.name}") for k, v in chosen.defaults_for(algorithm).items() if k in infos},

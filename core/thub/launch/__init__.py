@@ -9,6 +9,14 @@
   (``--launcher slurm``) and the scheduler's view of a run (status, cancel);
 * :mod:`thub.launch.worker`: the job side of a scheduler launch (``prepare``, ``node``).
 
+* :mod:`thub.launch.choice`: ``--launcher``, a choice of the registered launchers.
+
+Launchers are registered by plugins (``thub_register_launchers``, :class:`thub.specs.LauncherSpec`);
+``local`` and ``slurm`` by ``thub_builtins.launchers``, whose SLURM parts name the modules above.
 A local run is started by :func:`thub.runner.run_training`. Nothing here imports :mod:`thub.cli`
 (tests/test_architecture.py): what a launcher prints goes through :mod:`thub.ui`.
 """
+
+#: Job states (``LauncherSpec.status``, SLURM's names) after which a job will not run again
+JOB_ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                       "BOOT_FAIL", "DEADLINE"})

@@ -1,6 +1,7 @@
 """``thub train ... --launcher slurm``: from a resolved run to a submitted (or dry-run) job.
 
-Called by ``thub.cli.train``; kept here so the train command only gains a dispatch. The flow
+The SLURM launcher's ``plan`` and ``submit`` (``LauncherSpec``, registered by
+``thub_builtins.launchers``); ``thub.cli.train`` calls them through the spec. The flow
 mirrors a local run: build the plan (:mod:`thub.launch.plan`: the data gate, the translation, the
 script), prepare the run directory (refuse a finished run unless ``--overwrite``), write
 ``thub_run.json`` (with a ``launch`` section: cluster, nodes, script, job ids), write the script
@@ -9,21 +10,12 @@ into ``RUN_DIR/slurm/job.sbatch`` and submit it with its chain.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from thub.launch.options import LaunchOptions
-
-
-def absolute_paths(resolved: Any) -> None:
-    """The job runs elsewhere: make the run directory absolute (other paths resolve from WORKDIR)."""
-    values = resolved.values()
-    absolute = os.path.abspath(values["ckpt_output_dir"])
-    if absolute != values["ckpt_output_dir"]:
-        resolved.params = resolved.params.model_copy(update={"ckpt_output_dir": absolute})
 
 
 def slurm_request(resolved: Any, options: LaunchOptions) -> Any:
@@ -69,6 +61,15 @@ def _warnings(resolved: Any, profile: Any) -> list[str]:
     return notes
 
 
+def slurm_plan(resolved: Any, options: LaunchOptions) -> tuple[Any, dict[str, Any], str]:
+    """The SLURM launcher's ``plan`` (``LauncherSpec.plan``): the request, the ``launch`` section
+    and the batch script (:func:`thub.launch.plan.plan_for` stores them in the plan)."""
+    from thub.launch.slurm import render_script
+
+    request, section = slurm_launch(resolved, options)
+    return request, section, render_script(request)
+
+
 def slurm_launch(resolved: Any, options: LaunchOptions) -> tuple[Any, dict[str, Any]]:
     """The :class:`~thub.launch.slurm.SlurmRequest` of a resolved run and the ``launch`` section
     of its plan and ``thub_run.json`` (:mod:`thub.launch.plan` builds both)."""
@@ -86,8 +87,9 @@ def slurm_launch(resolved: Any, options: LaunchOptions) -> tuple[Any, dict[str, 
 
 
 def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_json: bool, overwrite: bool,
-                 resume: bool, command_line: list[str]) -> int:
-    """Dry-run (render, write and show the script) or submit; returns the exit code.
+                 resume: bool, command_line: list[str], force_launch: bool = False) -> int:
+    """Dry-run (render, write and show the script) or submit; returns the exit code (the SLURM
+    launcher's ``LauncherSpec.submit``). ``force_launch`` concerns the preflight, which the job runs.
 
     Both build the run's plan (:func:`thub.launch.plan.plan_for`: the data gate, the translation,
     the script) before anything is written, as a local run does."""
@@ -96,7 +98,7 @@ def launch_slurm(resolved: Any, options: LaunchOptions, *, dry_run: bool, as_jso
     from thub.ui.output import console, emit_json
 
     plan = plan_for(resolved, options)
-    request, launch, notes = plan.slurm, plan.launch_section, plan.launch_section["warnings"]
+    request, launch, notes = plan.request, plan.launch_section, plan.launch_section["warnings"]
     if dry_run:
         from thub.ui.plan import show_plan
 

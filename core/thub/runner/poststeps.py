@@ -138,17 +138,18 @@ def _plan_push(values: dict[str, Any]) -> dict[str, Any]:
 _PLANNERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"eval": _plan_eval, "push": _plan_push}
 
 
-def plan_steps(values: dict[str, Any], slurm: bool = False) -> dict[str, Any] | None:
+def plan_steps(values: dict[str, Any], chained: bool = False) -> dict[str, Any] | None:
     """The ``post_run`` entry of a run's plan: each enabled step after export with what it will do
     (export's own entry is the plan's ``export``); None when none is. Raises UsageError (exit 2)
-    for anything that would make a step fail after training."""
+    for anything that would make a step fail after training. ``chained``: the launcher runs each
+    step as a job chained after training (``LauncherSpec.chained_steps``)."""
     entries = {}
     for step in enabled(values):
         if step.name in _PLANNERS:
             entry = _PLANNERS[step.name](values)
             earlier = [s.name for s in enabled(values) if STEPS.index(s) < STEPS.index(step)]
             when = "after a successful run" + (f" and its {' and '.join(earlier)}" if earlier else "")
-            entries[step.name] = {**entry, "when": when + (", as a CPU job chained afterok" if slurm else "")}
+            entries[step.name] = {**entry, "when": when + (", as a CPU job chained afterok" if chained else "")}
     return entries or None
 
 

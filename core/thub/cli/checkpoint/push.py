@@ -8,6 +8,7 @@ import click
 
 from thub.cli.checkpoint import dry_run_option, json_option
 from thub.errors import UsageError
+from thub.launch.choice import DEFAULT_LAUNCHER, LauncherChoice
 
 SUMMARY = ("Push a verified model folder with a model card from its run to the Hub (private unless --public), "
            "an MLflow registry, S3, GCS or a folder; never training state or secrets.")
@@ -32,7 +33,7 @@ class _TargetOption(click.Option):
 @click.option("--run", "run", default=None, type=click.Path(),
               help="The thub run the model came from, for the card and result.json's push entry "
                    "(default: the run DIR is in).")
-@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+@click.option("--launcher", type=LauncherChoice(pushes=True), default=DEFAULT_LAUNCHER, show_default=True,
               help="slurm: submit the push as a CPU job on the cluster profile's push_partition (where the "
                    "network is) instead of pushing from here.")
 @click.option("--cluster", default=None, help="With --launcher slurm: the cluster profile (default: local).")
@@ -54,16 +55,23 @@ def push(directory: str, to: str, public: bool, force: bool, run: str | None, la
     the model card built from the run. DIR must have passed thub checkpoint verify (the run's
     export record, else verify runs now): exit 2 otherwise, unless --force. Docs: docs/checkpoints.md#push"""
     from thub.checkpoint import push as engine
+    from thub.manager import get_registry
     from thub.ui.output import emit_json
 
-    if launcher == "slurm":
-        _submit(directory, to, public=public, force=force, run=run, cluster=cluster, cluster_file=cluster_file,
-                after=after, time=wall_time, job_dir=job_dir, as_json=as_json, dry_run=dry_run)
+    job = get_registry().launcher(launcher).push_job
+    if job is not None:  # the push as a job of the launcher's (LauncherSpec.push_job): shown with --dry-run
+        from thub.specs import load_object
+
+        load_object(job)(directory, to, public=public, force=force, run=run, cluster=cluster,
+                         cluster_file=cluster_file, after=after, time=wall_time, job_dir=job_dir, as_json=as_json,
+                         dry_run=dry_run)
         return
     used = [flag for flag, value in (("--cluster", cluster), ("--cluster-file", cluster_file), ("--after", after),
                                      ("--time", wall_time), ("--job-dir", job_dir)) if value]
     if used:
-        raise UsageError(f"{', '.join(used)}: only with --launcher slurm (a local push runs now, here)")
+        takers = [name for name, spec in get_registry().launchers.items() if spec.push_job is not None]
+        raise UsageError(f"{', '.join(used)}: only with --launcher {' or '.join(takers) or '(none installed)'} "
+                         f"(a {launcher} push runs now, here)")
     plan = engine.plan_push(directory, to, public=public, force=force, run=run, dry_run=dry_run)
     if dry_run:
         if as_json:
@@ -80,26 +88,6 @@ def push(directory: str, to: str, public: bool, force: bool, run: str | None, la
         emit_json({"schema_version": 1, "dry_run": False, **done})
     else:
         _print(done, "pushed")
-
-
-def _submit(directory: str, to: str, *, as_json: bool, dry_run: bool, **options: Any) -> None:
-    """The push as a SLURM job (:mod:`thub.launch.push_job`): shown with --dry-run, else submitted."""
-    from thub.launch import push_job
-    from thub.ui.output import emit_json
-
-    plan = push_job.plan_job(directory, to, **options)
-    job_id = None if dry_run else push_job.submit_job(plan)
-    if as_json:
-        emit_json({"schema_version": 1, "dry_run": dry_run, "job_id": job_id, **plan})
-        return
-    if dry_run:
-        click.echo(f"would write {plan['script_path']} and run: {' '.join(plan['sbatch'])}\n\n{plan['script']}")
-        click.echo("nothing submitted (--dry-run)")
-        return
-    after = f", after job {plan['after']} succeeds" if plan["after"] else ""
-    click.echo(f"submitted push job {job_id} on cluster {plan['cluster']}"
-               + (f" (partition {plan['partition']})" if plan["partition"] else "") + after
-               + f": {plan['script_path']}; its log: {plan['job_dir']}/logs/slurm-push-{job_id}.out")
 
 
 def _print(data: dict[str, Any], verb: str) -> None:
