@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -322,3 +323,64 @@ def test_the_core_names_no_launcher() -> None:
 def test_the_launcher_scan_finds_a_launcher_branch(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text('def f(launch):\n    if launch.launcher == "slurm":\n        return 1\n')
     assert _launcher_names_in(tmp_path / "m.py", frozenset({"slurm"})) == [(2, "slurm")]
+
+
+# --- core names no parameter dialect (issue 36 items 1, 2) ------------------------------------
+# Training Hub's names, CLI and API are the built-in dialect thub_builtins.training_hub, registered
+# through thub_register_dialects; core resolves through DialectSpec (thub.config.dialects).
+#: (file, token) the core may still spell, each with its reason
+DIALECT_ALLOWED = frozenset({
+    ("manager.py", "thub_builtins.training_hub"),  # the list of built-in plugins, as for every built-in
+    ("launch/plan.py", "training_hub_notes"),  # the plan's key for a dialect's notes: an output format
+    ("ui/plan.py", "training_hub_notes"),
+    ("ui/plan.py", "training-hub name "),  # how a note is printed: output unchanged
+    ("cli/train.py", "training-hub name "),
+    # the package face names the dialect's API statically (`from thub import *`, type checkers)
+    ("__init__.py", "TrainingHubCallback"), ("__init__.py", "TrainingHubContext"),
+    ("__init__.py", "TrainingHubControl"), ("__init__.py", "_TRAINING_HUB"),
+})
+_DIALECT_TOKEN = re.compile(r"training[_-]?hub", re.I)
+
+
+def dialect_names_in(source: str) -> list[tuple[int, str]]:
+    """(line, token) of every string constant (docstrings aside), identifier or import naming a
+    Training Hub module or name."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            token = node.value
+        elif isinstance(node, ast.Name):
+            token = node.id
+        elif isinstance(node, ast.alias):
+            token = node.name
+        elif isinstance(node, ast.ImportFrom):
+            token = node.module or ""
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            token = node.name
+        else:
+            continue
+        if _DIALECT_TOKEN.search(token) or token.startswith("thub.compat"):
+            found.append((getattr(node, "lineno", 0), token))
+    return found
+
+
+def test_the_core_names_no_dialect() -> None:
+    assert not (CORE / "compat").exists(), "core/thub/compat/ is back: a dialect is a plugin (thub_register_dialects)"
+    found = [f"{path.relative_to(CORE)}:{line}: {token!r}"
+             for path in sorted(CORE.rglob("*.py"))
+             for line, token in dialect_names_in(path.read_text(encoding="utf-8"))
+             if (str(path.relative_to(CORE)), token) not in DIALECT_ALLOWED]
+    assert not found, "the core names Training Hub (register it through thub_register_dialects):\n" + "\n".join(found)
+
+
+def test_the_dialect_scan_finds_a_dialect_import() -> None:
+    source = ('"""Docs may say training_hub."""\n'
+              "from thub_builtins.training_hub import names\n"
+              "def f():\n    from thub.compat import training_hub_rules\n    return 'training-hub'\n")
+    found = {token for _line, token in dialect_names_in(source)}
+    assert {"thub_builtins.training_hub", "thub.compat", "training_hub_rules", "training-hub"} <= found
+    assert "Docs may say training_hub." not in found  # docstrings are prose

@@ -285,7 +285,7 @@ def test_training_hubs_checkpoint_storage_maps_to_the_mirror(tmp_path: Path) -> 
     assert any(note.startswith("checkpoint_storage='pvc'") for note in local["training_hub_notes"])
     with pytest.raises(UsageError, match="checkpoint_storage"):
         api.dry_run("sft", **base, checkpoint_storage="abfs://container/run")
-    from thub.compat.training_hub import rows
+    from thub_builtins.training_hub.names import rows
 
     [row] = [r for r in rows() if r["name"] == "checkpoint_storage"]
     assert row["kind"] == "same" and row["thub"] == "checkpoint_storage"

@@ -134,5 +134,5 @@ def test_listed_short_help_is_each_commands_own(thub_cli) -> None:
         assert command is not None
         assert spec.short_help == command.get_short_help_str(limit=300), f"{name!r}: short help differs"
         assert command.help.startswith(spec.short_help) and command.help.count(spec.short_help) == 1, name
-        # hidden: Training Hub's subcommands (thub.cli.training_hub), listed on one line of their own
+        # hidden: Training Hub's subcommands (thub_builtins.training_hub.command), listed on one line of their own
         assert f"  {name} " in listed or (command.hidden and "Training Hub's CLI: sft" in listed), name

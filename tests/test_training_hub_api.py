@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 import thub
-from thub.compat import training_hub as th
-from thub.compat import training_hub_rules as rules
-from thub.compat.training_hub_api import _Dispatcher, observe, result_with_training_hub_keys
 from thub.errors import UsageError
 from thub.manager import get_registry
 from thub.specs import RunEvent
+from thub_builtins.training_hub import names as th
+from thub_builtins.training_hub import rules
+from thub_builtins.training_hub.api import _Dispatcher, observe, result_with_training_hub_keys
 
 ROOT = Path(__file__).parents[1]
 DATA = str(ROOT / "examples" / "data" / "chat.jsonl")
@@ -51,7 +51,7 @@ def test_hub_dataset_id_is_refused_before_launch_for_grpo(tmp_path: Path) -> Non
 def test_csv_and_hub_ids_go_to_thubs_readers_for_sft(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Training Hub's sft/osft read CSV (messages as JSON text) and Hugging Face dataset names, as thub's
     readers do now (docs/data.md): the Python API passes them on, it does not refuse them."""
-    from thub import api
+    from thub_builtins.training_hub import functions as api
 
     csv = tmp_path / "train.csv"
     csv.write_text('messages\n"[{""role"": ""user"", ""content"": ""hello there""}, {""role"": ""assistant"", '
@@ -298,7 +298,7 @@ def test_osft_max_steps_means_what_training_hub_does(captured: list[Any], tmp_pa
     assert captured[-1].values()["max_steps"] is None and captured[-1].values()["num_epochs"] == 2
 
 
-# --- Training Hub's per-completion reward_fn (thub.compat.training_hub_reward) -------------------
+# --- Training Hub's per-completion reward_fn (thub_builtins.training_hub.reward) -------------------
 
 _SCORERS = '''\
 def exact(data_source, solution_str, ground_truth, extra_info=None):
@@ -335,8 +335,8 @@ def scorers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def test_reward_fn_scores_each_completion_of_a_batch(scorers: Any) -> None:
     """The adapter, by import string as a training process loads it, on a few real completions."""
-    from thub.compat.training_hub_reward import PREFIX
     from thub.specs import load_object
+    from thub_builtins.training_hub.reward import PREFIX
 
     reward = load_object(f"{PREFIX}.th_scorers.exact")
     prompts = [[{"role": "user", "content": "2+2?"}], [{"role": "user", "content": "3+3?"}]]
@@ -364,7 +364,7 @@ def test_reward_fn_maps_to_the_adapter(tmp_path: Path, scorers: Any) -> None:
     plan = thub.dry_run("grpo", backend="trl", model_path="m", data_path=prompts, ckpt_output_dir=str(tmp_path),
                         max_steps=2, reward_fn=scorers.exact)
     reward = plan["parameters"]["reward"]
-    assert reward["value"] == ["thub.compat.training_hub_reward:per_completion.th_scorers.exact"]
+    assert reward["value"] == ["thub_builtins.training_hub.reward:per_completion.th_scorers.exact"]
     assert "training-hub name reward_fn → reward" in reward["source"]
     assert reward["value"][0] in json.dumps(plan["translation"])  # what trl's training process loads
     for bad, message in [(len, "Training Hub calls reward_fn as reward_fn\\(data_source, solution_str"),
@@ -381,7 +381,7 @@ def test_reward_fn_replaces_training_hubs_tool_call_default_on_verl(captured: li
     """lora_grpo_verl.py: a reward_fn turns its default reward_type 'tool_call' into 'custom'."""
     thub.grpo("m", str(tmp_path), str(ROOT / "examples" / "data" / "grpo.jsonl"), backend="verl",
               reward_fn="th_scorers.exact")
-    assert captured[-1].values()["reward"] == ["thub.compat.training_hub_reward:per_completion.th_scorers.exact"]
+    assert captured[-1].values()["reward"] == ["thub_builtins.training_hub.reward:per_completion.th_scorers.exact"]
 
 
 @pytest.mark.needs_backend("verl")
@@ -392,7 +392,7 @@ def test_reward_fn_through_verls_compute_score(scorers: Any, tmp_path: Path) -> 
 
     from thub_plugin_verl.rewards import write_module
 
-    target = "thub.compat.training_hub_reward:per_completion.th_scorers.exact"
+    target = "thub_builtins.training_hub.reward:per_completion.th_scorers.exact"
     path = write_module(tmp_path / "verl_reward.py", [target])
     spec = importlib.util.spec_from_file_location("verl_reward_generated", path)
     assert spec is not None and spec.loader is not None

@@ -1,4 +1,4 @@
-"""Training Hub 0.11.2's ``thub`` command line run by thub (thub.cli.training_hub).
+"""Training Hub 0.11.2's ``thub`` command line run by thub (thub_builtins.training_hub.command).
 
 The wheel is unpacked without dependencies at build/training-hub-0.11.2 (scripts/test-all.sh);
 its ``cli.py`` imports only the standard library at module level, so the tests load it from the
@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from thub import api
-from thub.compat import training_hub_cli as cli
-from thub.compat import training_hub_rules as rules
 from thub.manager import get_registry
+from thub_builtins.training_hub import cli, rules
+from thub_builtins.training_hub import functions as api
 
 ROOT = Path(__file__).parents[1]
 WHEEL = ROOT / "build" / "training-hub-0.11.2" / "training_hub"
@@ -79,7 +78,7 @@ def test_every_flag_of_the_wheel_is_classified(subcommand: str) -> None:
     known = cli.classified(subcommand, fields)
     unclassified = [flag for flag in module._ALGO_PARAM_DEFS[subcommand] if flag[2:] not in known]
     if unclassified and function not in rules.FUNCTIONS:
-        # a plugin's algorithm whose Training Hub rows (thub.compat.training_hub_rules) are not there yet
+        # a plugin's algorithm whose Training Hub rows (thub_builtins.training_hub.rules) are not there yet
         pytest.xfail(f"{function}: no Training Hub keyword rows yet for {unclassified}")
     assert unclassified == []
     if function in rules.FUNCTIONS:  # the flag's name is a keyword of the function (the same meaning)
@@ -90,7 +89,7 @@ def test_every_flag_of_the_wheel_is_classified(subcommand: str) -> None:
 @pytest.mark.parametrize("subcommand", list(cli.SUBCOMMANDS))
 def test_flag_defaults_are_the_functions_signature_defaults(subcommand: str) -> None:
     """Why a flag left out can be a keyword left out: Training Hub's CLI passes each flag's default,
-    which is the function's own default (the Python API applies those, thub.compat.training_hub)."""
+    which is the function's own default (the Python API applies those, thub_builtins.training_hub.names)."""
     module = wheel_cli()
     defaults = signature_defaults(cli.SUBCOMMANDS[subcommand])
     for flag, spec in module._ALGO_PARAM_DEFS[subcommand].items():
@@ -165,9 +164,9 @@ def test_training_hubs_own_examples_dry_run_unchanged(example: str, thub_cli, ti
     plan = json.loads(result.stdout)
     if "--reward-fn" in argv:
         # Training Hub's per-completion reward_fn(data_source, solution_str, ground_truth): thub's batch
-        # reward through the adapter (thub.compat.training_hub_reward), by the same dotted path
+        # reward through the adapter (thub_builtins.training_hub.reward), by the same dotted path
         target = argv[argv.index("--reward-fn") + 1]
-        assert _values(plan)["reward"] == [f"thub.compat.training_hub_reward:per_completion.{target}"]
+        assert _values(plan)["reward"] == [f"thub_builtins.training_hub.reward:per_completion.{target}"]
     assert _values(plan) == _values(_python_call(subcommand, argv, tmp_path))  # the same resolved values
     # the thub equivalent is printed once, and resolves to the same values
     lines = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith("thub train ")]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import thub
-from thub.api import GEPA_POSITIONAL
 from thub.errors import UsageError
+from thub_builtins.training_hub.functions import GEPA_POSITIONAL
 
 WHEEL = Path(__file__).parents[1] / "build" / "training-hub-0.11.2" / "training_hub" / "algorithms" / "gepa.py"
 

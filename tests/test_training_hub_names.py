@@ -1,4 +1,4 @@
-"""Training Hub 0.11.2's keywords against thub's one table (thub.compat.training_hub).
+"""Training Hub 0.11.2's keywords against thub's one table (thub_builtins.training_hub.names).
 
 The wheel is unpacked without dependencies at build/training-hub-0.11.2 (.ci/run) and read with
 ``ast`` only: its public functions' signatures and its callback hooks. Every keyword must be
@@ -18,10 +18,10 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 import thub
-from thub.compat import training_hub as th
-from thub.compat import training_hub_rules as rules
 from thub.errors import UsageError
 from thub.manager import get_registry
+from thub_builtins.training_hub import names as th
+from thub_builtins.training_hub import rules
 
 ROOT = Path(__file__).parents[1]
 WHEEL = ROOT / "build" / "training-hub-0.11.2" / "training_hub"
@@ -152,7 +152,7 @@ def test_callback_hooks_and_context_are_training_hubs() -> None:
     fields = [n.target.id for n in classes["TrainingHubContext"].body if isinstance(n, ast.AnnAssign)]
     from dataclasses import fields as dc_fields
 
-    from thub.compat.training_hub_api import TrainingHubContext, TrainingHubControl
+    from thub_builtins.training_hub.api import TrainingHubContext, TrainingHubControl
 
     assert [f.name for f in dc_fields(TrainingHubContext)] == fields
     control = [n.target.id for n in classes["TrainingHubControl"].body if isinstance(n, ast.AnnAssign)]
@@ -169,7 +169,7 @@ def test_default_backends_are_registered_names(function: str, backend: str) -> N
 
 def test_migration_guide_table_is_generated_from_the_table() -> None:
     guide = (ROOT / "docs" / "migrating-from-training-hub.md").read_text()
-    assert th.markdown_table() in guide, "regenerate: python -c 'from thub.compat.training_hub import " \
+    assert th.markdown_table() in guide, "regenerate: python -c 'from thub_builtins.training_hub.names import " \
                                          "markdown_table; print(markdown_table())'"
 
 

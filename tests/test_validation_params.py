@@ -182,7 +182,7 @@ def test_training_hub_eval_data_path_and_eval_steps_map(held_out: Path) -> None:
 
 
 def test_training_hub_other_eval_keywords_stay_refused() -> None:
-    from thub.compat.training_hub_rules import RULES
+    from thub_builtins.training_hub.rules import RULES
 
     for name in ("save_best_val_loss", "validate_at_epoch", "validate_at_final", "per_device_eval_batch_size"):
         assert RULES[name].kind == "refused", name
@@ -267,8 +267,8 @@ def test_unsloth_evaluates_the_held_out_file(held_out: Path) -> None:
 def test_training_hub_callbacks_get_an_evaluation_line_as_on_evaluate_alone() -> None:
     """An evaluation line (its own, after its step's training line) is on_evaluate with eval_loss as the
     loss, not another step; iteration_callback still sees every line."""
-    from thub.compat.training_hub_api import _Dispatcher
     from thub.specs import RunEvent
+    from thub_builtins.training_hub.api import _Dispatcher
 
     calls: list[tuple[str, int, Any]] = []
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         CheckSpec,
         CommandSpec,
         DataKindSpec,
+        DialectSpec,
         EvaluatorSpec,
         LauncherSpec,
         RewardSpec,
@@ -99,6 +100,13 @@ def thub_register_launchers(register: Callable[[LauncherSpec], None]) -> None:
     """Register launchers (``LauncherSpec``: name, its ``thub train`` options, import strings of
     ``plan``, ``submit``, ``status``, ``cancel``); ``--launcher`` offers the registered ones and
     core names none itself (``local`` and ``slurm`` come from ``thub_builtins.launchers``)."""
+
+
+@hookspec
+def thub_register_dialects(register: Callable[[DialectSpec], None]) -> None:
+    """Register parameter dialects (``DialectSpec``: another tool's parameter names, by import
+    string of the rules that rename, refuse or translate them into thub's; its Python API names);
+    core names none itself (Training Hub's comes from ``thub_builtins.training_hub``)."""
 
 
 @hookspec

@@ -33,6 +33,7 @@ from thub.specs import (
     CommandSpec,
     DataFormatSpec,
     DataKindSpec,
+    DialectSpec,
     EvaluatorSpec,
     LauncherSpec,
     Provenance,
@@ -53,6 +54,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "thub_builtins.kubeflow",
     "thub_builtins.trackers",
     "thub_builtins.commands",
+    "thub_builtins.training_hub",
     "thub_builtins.launchers",
     "thub_builtins.storage",
 )
@@ -67,6 +69,7 @@ _REGISTRATION_HOOKS: dict[str, tuple[str, type[Registered]]] = {
     "trackers": ("thub_register_trackers", TrackerSpec),
     "checks": ("thub_register_checks", CheckSpec),
     "commands": ("thub_register_commands", CommandSpec),
+    "dialects": ("thub_register_dialects", DialectSpec),
     "launchers": ("thub_register_launchers", LauncherSpec),
     "storage": ("thub_register_storage", StorageSpec),
 }
@@ -118,6 +121,8 @@ class Registry:
     shadowed: list[str] = field(default_factory=list)
     # `thub` subcommands (thub_register_commands), built-in ones included: name -> spec
     commands: dict[str, CommandSpec] = field(default_factory=dict)
+    #: parameter dialects by name (thub_register_dialects): another tool's names, CLI and API
+    dialects: dict[str, DialectSpec] = field(default_factory=dict)
     #: launchers by name (thub_register_launchers): ``thub train --launcher``, ``thub runs``
     launchers: dict[str, LauncherSpec] = field(default_factory=dict)
     #: storage URI schemes by name (thub_register_storage): push targets and the checkpoint mirror

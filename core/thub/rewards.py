@@ -1,6 +1,6 @@
 """What reward functions share: thub's built-in rewards (``thub_builtins.reward_functions``), a
 plugin's (through :mod:`thub.backend`) and Training Hub's per-completion scorers
-(:mod:`thub.compat.training_hub_reward`) read a completion's text the same way."""
+(:mod:`thub_builtins.training_hub.reward`) read a completion's text the same way."""
 
 from __future__ import annotations
 

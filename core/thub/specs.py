@@ -462,12 +462,16 @@ class CommandSpec(Registered):
     ``short_help`` is the command's one definition of its summary: the line ``thub --help``
     lists (without importing the command) and the first paragraph of ``thub NAME --help``; the
     command's own docstring holds only what follows it.
+
+    ``group``: commands of one group (a dialect's command line, say) are listed by ``thub
+    --help`` on one line, ``FIRST, ...  GROUP: a, b, c``; each is hidden alone. None: its own line.
     """
 
     name: str
     target: str
     short_help: str
     provenance: Provenance = Provenance()
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -591,6 +595,52 @@ class LauncherSpec(Registered):
     runs_elsewhere: bool = False
     chained_steps: bool = False
     push_job: str | None = None
+    provenance: Provenance = Provenance()
+
+
+@dataclass(frozen=True)
+class DialectSpec(Registered):
+    """Another tool's parameter names, CLI and Python API, spoken by thub (Training Hub's
+    ``thub.sft(...)`` and ``thub sft ...`` are the built-in one, ``thub_builtins.training_hub``).
+
+    Registering imports nothing: every part is named by import string and imported only when a
+    run uses the dialect, so a resolve with thub's own names never loads it.
+
+    Attributes:
+        name: the dialect's name (``training-hub``), shown by ``thub plugins``.
+        summary: one line saying whose names these are.
+        rules: import string of the object (a module) that maps the dialect's parameter names
+            to thub's pydantic fields, with two functions:
+            ``accepted_names(algorithm, infos) -> Iterable[str]``: the dialect's names for
+            ``algorithm`` (those in ``infos``, the algorithm's own parameters, are thub's and stay
+            thub's), so a config file, API keyword or ``--set`` may hold them;
+            ``translate_layers(algorithm, layers, infos) -> (layers, notes)``: every precedence
+            layer (``{name: (value, source)}``, lowest first) with the dialect's names renamed or
+            translated into thub's (a source may say ``training-hub name X → Y``), a name it
+            refuses raised as :class:`thub.errors.UsageError` naming the value's source, and
+            notes for names accepted without setting anything. A name in ``infos`` is thub's (or
+            another dialect's): keep it, converting only the names listed in ``converts``.
+            :func:`thub.config.resolve.resolve` calls it only when a layer holds a name that is
+            not thub's parameter and this dialect accepts, or a name in ``converts``.
+        converts: thub's own parameter names whose values the dialect also converts (Training
+            Hub: an int ``rdzv_id``, ``checkpoint_storage: pvc``, a ``loss_fn`` class), so a layer
+            setting one consults the dialect too.
+        api: public names on the ``thub`` package face this dialect provides -> import string
+            (``{"sft": "thub_builtins.training_hub.functions:sft"}``); ``thub.NAME`` looks them up
+            here on first use.
+        api_run: import string of ``api_run(params, own) -> context manager`` for every
+            ``thub.train``-style call of the Python API: called with the call's keywords before
+            they are resolved (it removes the Python objects it handles in this process, except
+            the names in ``own``, the algorithm's own parameters), entered around the run, and
+            its ``finish(resolved, result) -> result`` adds the dialect's result keys. None: none.
+    """
+
+    name: str
+    summary: str
+    rules: str
+    converts: frozenset[str] = frozenset()
+    api: Mapping[str, str] = field(default_factory=dict)
+    api_run: str | None = None
     provenance: Provenance = Provenance()
 
 

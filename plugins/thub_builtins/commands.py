@@ -48,11 +48,6 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 "List evaluators (evaluation harnesses), whether each can run here and how to install it."),
     CommandSpec("clusters", "thub.cli.clusters:clusters",
                 "List cluster profiles and where each came from; exit 2 if a profile file is invalid."),
-    # Training Hub's own `thub` command line (its console script has the same name): one line in
-    # `thub --help` lists them all (thub.cli.main.LazyGroup.format_commands)
-    *(CommandSpec(name, f"thub.cli.training_hub:{name.replace('-', '_')}",
-                  f"Training Hub's `thub {name}` command line, run by thub (thub train {name.replace('-', '_')}).")
-      for name in ("sft", "osft", "lora-sft", "lora-grpo", "grpo", "gepa", "embedding-sft")),
 )
 
 

@@ -47,7 +47,7 @@ def test_python_api_takes_a_loss_class_and_refuses_a_loss_object(labelled: Path,
     pytest.importorskip("sentence_transformers")
     from sentence_transformers.sentence_transformer import losses
 
-    from thub.compat import training_hub_rules as rules
+    from thub_builtins.training_hub import rules
 
     fields = {"loss_fn": None}
     converted = rules.rule_for("loss_fn", fields).convert(losses.BatchSemiHardTripletLoss, {})

@@ -23,9 +23,6 @@ class Failure(click.ClickException):
         self.exit_code = exit_code  # type: ignore[misc]  # click types it a ClassVar, yet reads self.exit_code
 
 
-_TRAINING_HUB = "thub.cli.training_hub:"
-
-
 class LazyGroup(click.Group):
     """Lists commands without importing them: every command, built-in or a plugin's, is registered
     through ``thub_register_commands`` by name, import string and short help, and listed from a
@@ -59,15 +56,18 @@ class LazyGroup(click.Group):
         from thub.cli.plugin_commands import listing
 
         commands = listing()
-        # Training Hub's subcommands (thub.cli.training_hub): one line, not seven
-        hub = [name for name in commands if commands[name]["target"].startswith(_TRAINING_HUB)]  # as registered
-        own = [name for name in sorted(commands) if name not in hub]
+        # a group's commands (CommandSpec.group: a dialect's command line): one line, not seven
+        groups: dict[str, list[str]] = {}
+        for name, entry in commands.items():  # as registered
+            if entry.get("group"):
+                groups.setdefault(entry["group"], []).append(name)
+        own = [name for name in sorted(commands) if not commands[name].get("group")]
         if not own:
             return
         limit = formatter.width - 6 - max(len(name) for name in own)
         rows = [(name, _shorten(commands[name]["short_help"], limit)) for name in own]
-        if hub:
-            rows.append((f"{hub[0]}, ...", _shorten(f"Training Hub's CLI: {', '.join(hub)}", limit)))
+        for group, names in groups.items():
+            rows.append((f"{names[0]}, ...", _shorten(f"{group}: {', '.join(names)}", limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

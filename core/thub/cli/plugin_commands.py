@@ -35,7 +35,8 @@ def listing() -> dict[str, dict[str, str]]:
     cached = read_cache(CACHE_NAME, key)
     try:
         if cached is not None and unchanged(cached["files"]):
-            return {str(name): {"target": str(entry["target"]), "short_help": str(entry["short_help"])}
+            return {str(name): {"target": str(entry["target"]), "short_help": str(entry["short_help"]),
+                                **({"group": str(entry["group"])} if entry.get("group") else {})}
                     for name, entry in cached["commands"].items()}
     except (KeyError, TypeError, AttributeError):
         pass  # unreadable or of an older layout: list afresh
@@ -48,7 +49,8 @@ def listing() -> dict[str, dict[str, str]]:
 
 
 def _entries(registry: Any) -> dict[str, dict[str, str]]:
-    return {name: {"target": spec.target, "short_help": spec.short_help} for name, spec in registry.commands.items()}
+    return {name: {"target": spec.target, "short_help": spec.short_help,
+                   **({"group": spec.group} if spec.group else {})} for name, spec in registry.commands.items()}
 
 
 def plugin_files(registry: Any) -> dict[str, int | None]:

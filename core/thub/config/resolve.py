@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from thub.compat import training_hub
+from thub.config.dialects import dialects_for
 from thub.config.fields import ParamInfo, core_applied, param_infos, parse_text
 from thub.config.yamlfile import load_yaml
 from thub.errors import UsageError, did_you_mean
@@ -71,7 +71,7 @@ class ResolvedConfig:
     sources: dict[str, str]
     backend_reason: str = ""
     ignored: list[str] = field(default_factory=list)
-    # Training Hub names accepted without setting a parameter (thub.compat.training_hub)
+    # a dialect's names accepted without setting a parameter (thub.config.dialects, DialectSpec.rules)
     notes: list[str] = field(default_factory=list)
 
     def values(self) -> dict[str, Any]:
@@ -221,7 +221,6 @@ def resolve(
     spec = registry.algorithm(algorithm)
     model: type[BaseModel] = spec.load_parameters()
     infos = param_infos(model)
-    names = training_hub.accepted_names(spec.name, infos)  # thub's parameters + Training Hub's names
     environ = os.environ if environ is None else environ
 
     config = read_config_file(config_file) if config_file else None
@@ -233,6 +232,11 @@ def resolve(
         )
     chosen, reason = choose_backend(registry, algorithm, backend)
     given = {k: v for k, v in (flags or {}).items() if v is not None}
+    # a name that is not thub's loads the registered dialects (thub's own names import none)
+    keys = [*(config.values if config else ()), *given, *(o.partition("=")[0].strip().replace("-", "_")
+                                                          for o in overrides or [])]
+    dialects = dialects_for(registry, spec.name, infos, keys, META_KEYS)
+    names = dialects.names()  # thub's parameters + the dialects' names
     local = launch is None or not registry.launcher(launch.launcher).runs_elsewhere  # PET_*: this machine's worker
 
     layers: list[dict[str, tuple[Any, str]]] = [
@@ -248,7 +252,7 @@ def resolve(
         _distributed_layer(launch, given, infos),
         parse_overrides(list(overrides or []), names),
     ]
-    layers, notes = training_hub.translate_layers(spec.name, layers, infos)
+    layers, notes = dialects.translate(registry, layers)
     raw: dict[str, Any] = {}
     sources = {name: "default" for name in infos}
     for layer in layers:

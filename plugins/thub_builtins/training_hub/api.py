@@ -233,3 +233,31 @@ def result_with_training_hub_keys(resolved: Any, result: dict[str, Any]) -> dict
     for key, value in extra.items():
         result.setdefault(key, value)
     return result
+
+
+class ApiRun:
+    """One Python API run as Training Hub's callers see it (``DialectSpec.api_run``): its
+    ``callbacks`` and ``iteration_callback`` taken from the keywords and observed around the run,
+    its result keys added at the end."""
+
+    def __init__(self, params: dict[str, Any], own: frozenset[str]) -> None:
+        # an algorithm with a ``callbacks`` parameter of its own (gepa: GEPACallbacks, run in the child) keeps it
+        self.callbacks = None if "callbacks" in own else params.pop("callbacks", None)
+        self.iteration_callback = params.pop("iteration_callback", None)
+        self._observing: Any = None
+
+    def __enter__(self) -> ApiRun:
+        self._observing = observe(self.callbacks, self.iteration_callback)
+        self._observing.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return bool(self._observing.__exit__(*exc))
+
+    def finish(self, resolved: Any, result: dict[str, Any]) -> dict[str, Any]:
+        return result_with_training_hub_keys(resolved, result)
+
+
+def api_run(params: dict[str, Any], own: frozenset[str]) -> ApiRun:
+    """``DialectSpec.api_run`` of Training Hub's dialect."""
+    return ApiRun(params, own)

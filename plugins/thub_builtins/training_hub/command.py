@@ -3,8 +3,8 @@ embedding-sft --config FILE --kebab-flags ...`` as Training Hub 0.11.2 takes it.
 
 Training Hub ships a console script named ``thub`` too; whichever was installed last wins, so its
 users' command lines must work here unchanged. Each subcommand parses its flags as Training Hub
-does (:mod:`thub.compat.training_hub_cli`) and makes the same call as ``thub.sft(...)`` and
-friends (:func:`thub.api._training_hub_run`: one mapping for the Python API and the command
+does (:mod:`thub_builtins.training_hub.cli`) and makes the same call as ``thub.sft(...)`` and
+friends (:func:`thub_builtins.training_hub.functions._training_hub_run`: one mapping for the Python API and the command
 line), printing the equivalent ``thub train`` command once on stderr. The subcommands are hidden
 from ``thub --help`` (one line there names them).
 """
@@ -56,9 +56,9 @@ def _say(line: str) -> None:
 def run(subcommand: str, argv: list[str]) -> None:
     """``thub SUBCOMMAND ARGV`` as Training Hub runs it; bad input raises UsageError (exit 2)."""
     from thub import __version__, api
-    from thub.compat import training_hub_cli as cli
-    from thub.compat.training_hub_rules import FUNCTIONS
     from thub.manager import get_registry
+    from thub_builtins.training_hub import cli, functions
+    from thub_builtins.training_hub.rules import FUNCTIONS
 
     keywords, control = cli.keywords(subcommand, argv)
     if control["version"]:
@@ -78,16 +78,16 @@ def run(subcommand: str, argv: list[str]) -> None:
             for note in resolved.notes if not control["dry_run"] else ():  # the dry run's plan lists them
                 _say(f"training-hub name {note}")
 
-    caller = api._Caller(label=f"thub {subcommand}", command_line=("thub", subcommand, *argv),
+    caller = api.Caller(label=f"thub {subcommand}", command_line=("thub", subcommand, *argv),
                          dry_run=control["dry_run"], on_resolved=on_resolved)
     runs = {"overwrite": control["overwrite"], "resume": control["resume"], "allow_ignored": control["allow_ignored"],
             "progress": not control["as_json"]}
     if function in FUNCTIONS:
-        outcome = api._training_hub_run(function, (), {**keywords, **runs}, caller)
+        outcome = functions._training_hub_run(function, (), {**keywords, **runs}, caller)
     else:  # a thub algorithm with no Training Hub keyword table: thub's names are Training Hub's
         backend = keywords.pop("backend", None)
-        outcome = api._train(function, backend, None, None, runs["overwrite"], runs["resume"], runs["allow_ignored"],
-                             runs["progress"], keywords, caller=caller)
+        outcome = api.train_call(function, backend, None, None, runs["overwrite"], runs["resume"],
+                                 runs["allow_ignored"], runs["progress"], keywords, caller=caller)
     if control["dry_run"]:
         from thub.ui.plan import show_plan
 

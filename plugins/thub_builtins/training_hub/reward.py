@@ -11,7 +11,7 @@ The adapter is reached by an import string, so every backend's training process 
 a SLURM or Kubeflow worker) loads it as it loads any ``module:function`` reward, with the user's
 function imported there by its dotted path (as Training Hub's command line names it)::
 
-    thub.compat.training_hub_reward:per_completion.my_rewards.compute_reward
+    thub_builtins.training_hub.reward:per_completion.my_rewards.compute_reward
 
 Pure Python, no heavy imports.
 """
@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-PREFIX = "thub.compat.training_hub_reward:per_completion"
+PREFIX = "thub_builtins.training_hub.reward:per_completion"
 # The data source Training Hub's verl backend gives a custom reward when the call names none
 # (lora_grpo_verl._prepare_generic_data); a row's own ``data_source`` column wins.
 DEFAULT_DATA_SOURCE = "custom"
@@ -110,7 +110,7 @@ class _PerCompletion:
         if self._score is None:
             if not self._path:
                 raise ValueError(f"name the scorer: {PREFIX}.module.function")
-            from thub.compat.training_hub_cli import resolve_dotted_path
+            from thub_builtins.training_hub.cli import resolve_dotted_path
 
             score = resolve_dotted_path(".".join(self._path))
             check_scorer(score)
@@ -130,8 +130,8 @@ def reward_target(value: Any) -> str:
     dotted or ``module:function`` path), checked in this process; ValueError with the fix otherwise."""
     from pathlib import Path
 
-    from thub.compat.training_hub_cli import resolve_dotted_path
-    from thub.compat.training_hub_rules import import_string
+    from thub_builtins.training_hub.cli import resolve_dotted_path
+    from thub_builtins.training_hub.rules import import_string
 
     if isinstance(value, str):
         if value.endswith(".py") or Path(value).is_file():

@@ -17,7 +17,7 @@ Nothing is silently dropped. The signatures are copied from the wheel as data (t
 ``tests/test_training_hub_names.py`` reads the unpacked wheel with ``ast`` and fails on any
 keyword this table does not classify); the migration guide's table is generated from here.
 The logic that applies the table (layers, merged batch, positional arguments) is in
-:mod:`thub.compat.training_hub`, which re-exports every public name here.
+:mod:`thub_builtins.training_hub.names`, which re-exports every public name here.
 No training_hub import: its dependencies are not needed.
 """
 
@@ -274,7 +274,7 @@ def _data_config(value: Any, others: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _reward_fn(value: Any, _others: Mapping[str, Any]) -> dict[str, Any]:
-    from thub.compat.training_hub_reward import reward_target
+    from thub_builtins.training_hub.reward import reward_target
 
     return {"reward": [reward_target(value)]}
 
@@ -484,7 +484,7 @@ RULES: dict[str, Rule] = {
     "tasks": refuse("thub reads the tasks from data_path: write one task per JSONL line and pass rollout_fn"),
     "reward_fn": Rule("mapped", "Training Hub's per-completion f(data_source, solution_str, ground_truth, "
                                 "extra_info=None) -> float (a module-level function or its dotted path) becomes "
-                                "reward [thub.compat.training_hub_reward:per_completion.MODULE.FUNCTION], which "
+                                "reward [thub_builtins.training_hub.reward:per_completion.MODULE.FUNCTION], which "
                                 "scores each completion of thub's batches with it (data_source 'custom', as on "
                                 "Training Hub's verl; replaces Training Hub's default reward_type)", "reward",
                       _reward_fn),

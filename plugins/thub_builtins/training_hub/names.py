@@ -3,7 +3,7 @@ positional arguments, default backends and signature defaults, data-path checks,
 guide's table.
 
 The per-keyword rules and Training Hub 0.11.2's signatures they apply are data in
-:mod:`thub.compat.training_hub_rules`.
+:mod:`thub_builtins.training_hub.rules`.
 No training_hub import: its dependencies are not needed.
 """
 
@@ -13,7 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from thub.compat.training_hub_rules import (
+from thub.errors import UsageError
+from thub_builtins.training_hub.rules import (
     BACKEND_KWARG_DEFAULTS,
     BACKEND_READS,
     DEFAULT_BACKEND,
@@ -28,7 +29,6 @@ from thub.compat.training_hub_rules import (
     names_for,
     rule_for,
 )
-from thub.errors import UsageError
 
 # Training Hub names that become effective_batch_size together with the world size: converted by
 # :func:`_merged_batch` on the values of all layers (each may come from another layer), not per layer

@@ -2,11 +2,11 @@
 
 Training Hub ships a console script named ``thub`` too: ``thub sft|osft|lora-sft|lora-grpo|grpo|
 gepa|embedding-sft --config FILE --kebab-flags ...``. thub accepts those command lines as they are
-(:mod:`thub.cli.training_hub`): the flags below are parsed as Training Hub parses them (argparse,
+(:mod:`thub_builtins.training_hub.command`): the flags below are parsed as Training Hub parses them (argparse,
 ``--flag true|false`` booleans, JSON-valued flags, dotted-import callables, ``--config`` YAML of
 Python-style names, the command line over the file), then go to the same Training Hub call as
 ``thub.sft(...)`` and friends (:mod:`thub.api`), so the keyword rules of
-:mod:`thub.compat.training_hub_rules` map each one. Training Hub's per-flag defaults are its
+:mod:`thub_builtins.training_hub.rules` map each one. Training Hub's per-flag defaults are its
 functions' signature defaults (``tests/test_training_hub_cli.py`` checks it on the wheel), so a
 flag left out is a keyword left out, as in the Python API.
 
@@ -272,8 +272,8 @@ def keywords(subcommand: str, argv: Sequence[str]) -> tuple[dict[str, Any], dict
 
     Bad input raises UsageError naming the flag, or the file, line and key.
     """
-    from thub.compat.training_hub_rules import RULES
     from thub.config.resolve import read_config_file
+    from thub_builtins.training_hub.rules import RULES
 
     args = parser(subcommand).parse_args(list(argv))
     given = vars(args)
@@ -315,7 +315,7 @@ def keywords(subcommand: str, argv: Sequence[str]) -> tuple[dict[str, Any], dict
 def classified(subcommand: str, thub_fields: Mapping[str, Any]) -> dict[str, str]:
     """Each flag's classification for the Training Hub function behind ``subcommand`` (its rule
     kind, ``control`` for thub's own controls); a flag missing from the result is unclassified."""
-    from thub.compat.training_hub_rules import FUNCTIONS, rule_for
+    from thub_builtins.training_hub.rules import FUNCTIONS, rule_for
 
     function = SUBCOMMANDS[subcommand]
     out: dict[str, str] = {}
