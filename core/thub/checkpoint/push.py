@@ -117,16 +117,17 @@ def plan_push(directory: str, to: str, *, public: bool = False, force: bool = Fa
         raise UsageError(f"--public: only an {visible_schemes()} target has a visibility "
                          f"({target.scheme}:// has none)")
     run_dir = find_run(folder, run)
+    files, skipped = collect(folder)
+    if not files:
+        raise UsageError(f"{directory}: nothing to push (every file was left out: see --dry-run)")
+    # first: a folder changed since thub wrote it is named as that, before verify loads anything
+    sent, manifest = _checksummed(folder, files, force)
     checked = verification(folder, run_dir, dry_run)
     if checked["ok"] is False and not force:
         failed = checked["failed"] or {}
         raise UsageError(f"{directory}: not pushed: it has not passed thub checkpoint verify ({checked['by']}: "
                          f"check {failed.get('check')} failed: {failed.get('message', 'see result.json export')}); "
                          "fix it, or pass --force to push it anyway")
-    files, skipped = collect(folder)
-    if not files:
-        raise UsageError(f"{directory}: nothing to push (every file was left out: see --dry-run)")
-    sent, manifest = _checksummed(folder, files, force)
     # the folder's own manifest is checked above, not sent: push writes one of exactly what it sends
     sent = [f for f in sent if f["path"] != MANIFEST]
     facts = card_facts(run_dir, checked)
