@@ -11,7 +11,7 @@ from thub.backend import AlgorithmSpec, BackendSpec, DataFormatSpec, DataKindSpe
 
 # The optimisation library first (its version is recorded in thub_run.json).
 REQUIREMENTS = ("gepa>=0.1.1,<0.2", "litellm>=1.71.1")
-INSTALL = "pip install 'gepa>=0.1.1,<0.2' 'litellm>=1.71.1'  # no torch"
+INSTALL = "thub install gepa --into current  # gepa and litellm; no torch"
 _DATA = "thub_plugin_gepa.data"
 
 
