@@ -156,8 +156,9 @@ def test_the_check_before_anything_starts_is_bounded(models: str, expected: str,
     ("wrong-shape", "answered 200 with JSON that is not a chat completion"),
     ("huge", "answered more than 16 MiB"),
 ])
-def test_a_run_against_a_hostile_endpoint_fails_with_its_cause(chat: str, expected: str, serve: Callable[[Hostile], str],
-                                                    tmp_path: Path) -> None:
+def test_a_run_against_a_hostile_endpoint_fails_with_its_cause(chat: str, expected: str,
+                                                               serve: Callable[[Hostile], str],
+                                                               tmp_path: Path) -> None:
     """The run has started (the endpoint answered the check): it fails (exit 1, result.json "failed")
     with the endpoint's failure as its one-line root cause, within the deadline."""
     state = Hostile(chat=chat)
