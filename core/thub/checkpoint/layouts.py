@@ -165,7 +165,7 @@ def _weights_problem(folder: Path, prefix: str) -> str | None:
         for shard in shards:
             if outside := shard_name_problem(shard):
                 return f"{index.name} names {shard!r}: {outside}"
-            problem = saved_file_problem(folder / shard)
+            problem = saved_file_problem(folder / shard, scan=True)  # transformers loads them weights-only
             if problem:
                 return f"weight shard {shard} named in {index.name} is missing" if problem.startswith("no ") \
                     else problem
@@ -173,7 +173,7 @@ def _weights_problem(folder: Path, prefix: str) -> str | None:
     files = weight_files(folder, prefix)
     if not files:
         return f"no {' or '.join(_single_files(prefix))} or index"
-    return saved_file_problem(files[0])
+    return saved_file_problem(files[0], scan=True)
 
 
 def run_parameters(checkpoint: Path) -> dict[str, Any] | None:

@@ -47,7 +47,12 @@ def _safetensors_problem(path: Path) -> str | None:
     return None
 
 
-def _weights_problem(path: Path) -> str | None:
+def _weights_problem(path: Path, scan: bool = True) -> str | None:
+    """Why a weights or training-state file is unreadable; with ``scan``, also when its pickle names
+    code to run. Scanned are the files transformers and the HF Trainer load with torch's weights-only
+    loader (weights, optimizer, scheduler, RNG state), where anything outside torch's allow-list is
+    never legitimate; other libraries' files (DeepSpeed's, verl's DTensor shards, mini-trainer's
+    training state) pickle their own classes and are read by their own loaders."""
     if path.suffix == ".safetensors":
         return _safetensors_problem(path)
     try:
@@ -55,6 +60,8 @@ def _weights_problem(path: Path) -> str | None:
             pass
     except (OSError, zipfile.BadZipFile):
         return f"{path.name} is unreadable or cut short"
+    if not scan:
+        return None
     from thub.checkpoint.pickles import archive_refusal, refused_message
 
     # a torch.save archive is a pickle: one that names code to run is refused before any library loads it
@@ -119,12 +126,13 @@ def _states_problem(path: Path) -> str | None:
     return None
 
 
-def saved_file_problem(path: Path) -> str | None:
+def saved_file_problem(path: Path, scan: bool = False) -> str | None:
     """Why a saved file is missing or cut short, or None when it is whole: a ``.safetensors`` file by its
-    header, anything else as a ``torch.save`` zip archive."""
+    header, anything else as a ``torch.save`` zip archive; ``scan``: also refused when its pickle names
+    code to run (for files loaded with torch's weights-only loader: see ``_weights_problem``)."""
     if not path.is_file():
         return f"no {path.name}"
-    return _weights_problem(path)
+    return _weights_problem(path, scan)
 
 
 def library_resume_point(folder: str | Path, step_of: Callable[[str], int | None],
