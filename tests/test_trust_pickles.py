@@ -79,6 +79,7 @@ def test_a_real_dcp_metadata_reads(tmp_path: Path) -> None:
     folder = _dcp(tmp_path / "dcp", {"model": model.state_dict(), "optim": optimizer.state_dict(),
                                      "extra": {"step": 3, "name": "ünïcode", "list": [1, 2.5, None]}})
     ours = load_dcp_metadata(folder / ".metadata")
+    # torch's own unguarded reader, on the file this test just wrote: the reference the guard must equal
     torchs = FileSystemReader(str(folder)).read_metadata()
     assert ours.state_dict_metadata == torchs.state_dict_metadata
     assert ours.storage_data == torchs.storage_data
